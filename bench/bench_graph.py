@@ -1,0 +1,119 @@
+"""Overhead of the assistant graph itself (no model): p50/p99 over many turns, in milliseconds.
+
+    python bench/bench_graph.py [--runs 200] [--json out.json]
+
+One process: the simulated robot and the assistant (scripted backend: replies instantly, so only the graph's
+own work is measured) on a MultiThreadedExecutor; a probe publishes utterances on speech/transcript.
+  utterance_to_request  transcript callback -> the engine request is issued (worker hand-off, prompt building)
+  call_to_goal_sent     tool call parsed -> goal validated, built and handed to rclpy (the router's own work)
+  call_to_accepted      tool call parsed -> goal accepted by the robot's action server (+ rclpy's goal service
+                        round trip through DDS and two executors: most of this number on a loaded machine)
+  sentence_to_tts       sentence complete -> tts/say published
+Target: p99 < 5 ms each.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+
+import rclpy
+from bolt_ros.msg import AssistantEvent
+from rclpy.executors import MultiThreadedExecutor
+from std_msgs.msg import String
+
+from bolt_ros.assistant.config import from_ros_parameters, load_params_file
+from bolt_ros.assistant.scripted import ScriptedBackend
+from bolt_ros.graph import package_file
+from bolt_ros.nodes.assistant_node import AssistantNode
+from bolt_ros.nodes.sim_robot import make_sim_robot_nodes
+
+# goals that return once accepted, so each run measures the hand-off and not the motion
+GLANCE = """
+- name: glance
+  description: look briefly
+  kind: action
+  target: goto_pose
+  type: bolt_ros/action/GotoPose
+  wait: accepted
+  parameters: {type: object, properties: {yaw: {type: number, minimum: -60, maximum: 60}}, required: [yaw]}
+  goal: {target.head_yaw: {arg: yaw, scale: 0.0174533}, duration: 0.3}
+"""
+SCRIPT = [{"match": ".", "reply": [{"text": "Okay, let me look. "}, {"tool_call": {"name": "glance",
+                                                                                     "arguments": {"yaw": 10}}}],
+           "after_tool": [{"text": "Done. Anything else?"}]}]
+
+
+def percentiles(xs) -> dict:
+    xs = sorted(xs)
+    if not xs:
+        return {"n": 0}
+    q = lambda p: xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]  # noqa: E731
+    return {"n": len(xs), "p50": q(50), "p99": q(99), "max": xs[-1], "mean": statistics.fmean(xs)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--json", help="write the numbers here")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=random.randint(100, 200))
+    params = load_params_file(package_file("config/assistant.yaml"), "assistant_node")
+    params["tools"] += GLANCE
+    cfg = from_ros_parameters(params)
+    nodes = make_sim_robot_nodes(context=ctx)
+    assistant = AssistantNode(cfg, backend=ScriptedBackend(SCRIPT), context=ctx)
+    probe = rclpy.create_node("bench_probe", context=ctx)
+    idle = threading.Event()
+    probe.create_subscription(AssistantEvent, "assistant/events",
+                              lambda m: m.type == AssistantEvent.STATE and m.state == "idle" and idle.set(), 100)
+    pub = probe.create_publisher(String, "speech/transcript", 10)
+    ex = MultiThreadedExecutor(num_threads=8, context=ctx)
+    for n in [*nodes, assistant, probe]:
+        ex.add_node(n)
+    stop = threading.Event()
+    spinner = threading.Thread(target=lambda: [ex.spin_once(0.05) for _ in iter(stop.is_set, True)], daemon=True)
+    spinner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not (pub.get_subscription_count() and assistant.router._clients["glance"].server_is_ready()):
+            if time.monotonic() > deadline:
+                raise SystemExit("graph did not connect")
+            time.sleep(0.01)
+        for i in range(args.runs + 10):  # 10 warm-up turns, then reset the counters
+            if i == 10:
+                for d in (*assistant.latency.values(), assistant.router.accept_latency_ms,
+                          assistant.router.send_latency_ms):
+                    d.clear()
+            idle.clear()
+            pub.publish(String(data=f"look over there {i}"))
+            if not idle.wait(5.0):
+                raise SystemExit(f"turn {i} did not finish")
+        results = {k: percentiles(assistant.latency[k]) for k in ("utterance_to_request", "sentence_to_tts")}
+        results["call_to_goal_sent"] = percentiles(assistant.router.send_latency_ms)
+        results["call_to_accepted"] = percentiles(assistant.router.accept_latency_ms)
+    finally:
+        stop.set()
+        spinner.join(2)
+        for n in [*nodes, assistant]:
+            getattr(n, "close", lambda: None)()
+        ex.shutdown(2)
+        rclpy.try_shutdown(context=ctx)
+    print(f"{'metric':<22}{'n':>6}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+    for k, r in results.items():
+        print(f"{k:<22}{r['n']:>6}{r['p50']:>10.3f}{r['p99']:>10.3f}{r['max']:>10.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0 if all(r["p99"] < 5.0 for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

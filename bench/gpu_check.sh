@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# GPU check of the bolt_ros kernels on a lent GPU machine (no internet). Prints one table; < 6 minutes.
+#
+#   bench/gpu_check.sh [--wheels DIR] [gpu_check.py args...]      e.g.  bench/gpu_check.sh --wheels shared/wheels
+#
+# Python packages the machine lacks (torch with CUDA, triton, numpy, gguf, and the engine's pydantic/PyYAML/Jinja2/tqdm
+# for the end-to-end part) are installed offline from DIR (default $BOLT_WHEELS, else shared/wheels) into a venv at
+# $BOLT_GPU_VENV (default /tmp/bolt_gpu_venv, with the system site-packages visible). Exit 2: no GPU; 3: missing deps.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+WHEELS=${BOLT_WHEELS:-shared/wheels}
+if [[ "${1:-}" == "--wheels" ]]; then
+    WHEELS=$2
+    shift 2
+fi
+PY=${PYTHON:-python3}
+VENV=${BOLT_GPU_VENV:-/tmp/bolt_gpu_venv}
+[[ -x "$VENV/bin/python" ]] && PY="$VENV/bin/python"
+
+# module:pip-name; the first four are required, the rest only serve the optional end-to-end decode
+DEPS="torch:torch triton:triton numpy:numpy gguf:gguf pydantic:pydantic yaml:PyYAML jinja2:Jinja2 tqdm:tqdm"
+missing() {
+    local out="" dep
+    for dep in $DEPS; do
+        "$PY" -c "import ${dep%%:*}" >/dev/null 2>&1 || out="$out ${dep#*:}"
+    done
+    echo "$out"
+}
+
+MISSING=$(missing)
+if [[ -n "$MISSING" ]]; then
+    echo "gpu_check.sh: missing python packages:$MISSING; installing from $WHEELS" >&2
+    if [[ ! -d "$WHEELS" ]]; then
+        echo "gpu_check.sh: wheel dir '$WHEELS' not found (pass --wheels DIR or set BOLT_WHEELS)" >&2
+        exit 3
+    fi
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        "$PY" -m venv --system-site-packages "$VENV"
+        PY="$VENV/bin/python"
+    fi
+    # shellcheck disable=SC2086
+    "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" $MISSING || true
+    STILL=$(missing)
+    for req in torch triton numpy gguf; do
+        if [[ " $STILL " == *" $req "* ]]; then
+            echo "gpu_check.sh: required package '$req' is still missing after installing from $WHEELS" >&2
+            exit 3
+        fi
+    done
+    [[ -n "$STILL" ]] && echo "gpu_check.sh: still missing (end-to-end part will be skipped):$STILL" >&2
+fi
+
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader >&2 || true
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+exec "$PY" bench/gpu_check.py "$@"

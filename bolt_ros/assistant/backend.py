@@ -1,0 +1,65 @@
+"""The one interface every chat engine sits behind, and the factory that picks one from config.
+
+A backend turns (messages, tools) into a stream of events. It never raises for a bad model output: a tool call
+it cannot parse arrives as a ToolCallRequest with `error` set, so the tool loop can tell the model what went wrong.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from bolt_ros.assistant.config import BackendConfig
+
+
+@dataclass
+class TextDelta:
+    text: str
+
+
+@dataclass
+class ThoughtDelta:
+    text: str
+
+
+@dataclass
+class ToolCallRequest:
+    id: str
+    name: str
+    arguments: dict | None
+    raw: str = ""
+    error: str | None = None  # set when the call could not be parsed (bad JSON, not an object, no name)
+
+
+@dataclass
+class Finished:
+    # ttft_ms, prompt_tokens, completion_tokens, tokens_per_second, acceptance_length (whatever the backend knows)
+    stats: dict = field(default_factory=dict)
+
+
+BackendEvent = TextDelta | ThoughtDelta | ToolCallRequest | Finished
+
+
+class BackendError(RuntimeError):
+    """The engine or server failed (unreachable, HTTP error, model missing); the message says which and why."""
+
+
+class ChatBackend(Protocol):
+    def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
+                    cancel: threading.Event) -> Iterator[BackendEvent]: ...
+
+
+def make_backend(cfg: BackendConfig) -> ChatBackend:
+    """Build the backend named by `cfg.kind`; imports lazily so an openai/scripted setup never loads torch."""
+    if cfg.kind == "scripted":
+        from bolt_ros.assistant.scripted import ScriptedBackend
+        return ScriptedBackend.from_config(cfg)
+    if cfg.kind == "openai":
+        from bolt_ros.assistant.openai_backend import OpenAIBackend
+        return OpenAIBackend.from_config(cfg)
+    if cfg.kind == "embedded":
+        from bolt_ros.assistant.embedded import EmbeddedBackend
+        return EmbeddedBackend.from_config(cfg)
+    raise ValueError(f"unknown backend kind {cfg.kind!r} (use embedded, openai or scripted)")

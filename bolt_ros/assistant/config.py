@@ -1,0 +1,125 @@
+"""Typed configuration of the assistant node, and its one-to-one mapping onto ROS parameters.
+
+Nested models become dotted ROS parameter names (`backend.kind`, `scene_memory.max_tokens`). The tool list has
+no ROS parameter type (a list of mappings), so it travels as one string parameter `tools` holding YAML.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from bolt_ros.assistant.tools import ToolSpec
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Bolt, a small friendly robot with a head that can turn and tilt, two antennas and a rotating body. "
+    "Answer in one or two short spoken sentences. Use your tools to move when it helps."
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class BackendConfig(_Strict):
+    kind: Literal["embedded", "openai", "scripted"] = "embedded"
+    model_path: str = "default-chat"     # embedded: a GGUF path or a name from bolt_ros.engine.default_models
+    draft_path: str = ""                 # embedded: optional DFlash drafter GGUF
+    base_url: str = "http://127.0.0.1:8080/v1"   # openai: the server's /v1 root
+    model: str = ""                      # openai: model name sent with each request
+    api_key: str = ""                    # openai: bearer token, if the server wants one
+    request_timeout_s: float = Field(30.0, gt=0)
+    max_tokens: int = Field(256, gt=0)
+    temperature: float = Field(0.7, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    seed: int = -1                       # -1 = random
+    script: str = ""                     # scripted: YAML rules (see bolt_ros/assistant/scripted.py)
+    token_delay_s: float = Field(0.0, ge=0)  # scripted: delay per streamed word, to look like a model
+
+
+class SceneMemoryConfig(_Strict):
+    max_tokens: int = Field(120, gt=0)   # budget of the scene block in the prompt (approximate tokens)
+    max_age_s: float = Field(60.0, gt=0)  # captions older than this are forgotten
+    max_items: int = Field(8, gt=0)
+
+
+class TopicsConfig(_Strict):
+    transcript: str = "speech/transcript"
+    caption: str = "perception/caption"
+    events: str = "assistant/events"
+    tts: str = "tts/say"
+    converse: str = "converse"
+
+
+class AssistantConfig(_Strict):
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    backend: BackendConfig = BackendConfig()
+    scene_memory: SceneMemoryConfig = SceneMemoryConfig()
+    topics: TopicsConfig = TopicsConfig()
+    max_history_messages: int = Field(16, gt=0)
+    max_tool_rounds: int = Field(3, ge=0)      # model calls that may request tools; the next one gets no tools
+    enable_thinking: bool = False              # default when a transcript arrives (a goal says its own)
+    barge_in: bool = True                      # a new utterance cancels the reply in progress
+    barge_in_stops_motion: bool = True         # ... and the robot's running motions
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_from_yaml(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = yaml.safe_load(v) if v.strip() else []
+            if not isinstance(v, list):
+                raise ValueError("tools must be a YAML list of tool declarations")
+        return v
+
+    @field_serializer("tools")
+    def _tools_to_yaml(self, tools: list[ToolSpec]) -> str:
+        return yaml.safe_dump([t.model_dump(exclude_defaults=True) for t in tools], sort_keys=False) if tools else ""
+
+
+def to_ros_parameters(cfg: AssistantConfig) -> dict[str, Any]:
+    """Config -> flat {dotted name: value} with only ROS parameter types (bool, int, float, str)."""
+    return _flatten(cfg.model_dump())
+
+
+def from_ros_parameters(params: dict[str, Any]) -> AssistantConfig:
+    """Flat {dotted name: value} (any subset) -> validated config; unknown names are an error."""
+    return AssistantConfig.model_validate(_unflatten(params))
+
+
+def load_params_file(path: str | Path, node_name: str) -> dict[str, Any]:
+    """The flat parameters a ROS params file gives `node_name` (its `/**` section, then its own section)."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a ROS parameters file (top level must be a mapping of node names)")
+    out: dict[str, Any] = {}
+    for key in ("/**", node_name, "/" + node_name):
+        section = data.get(key)
+        if section is not None:
+            if not isinstance(section, dict) or "ros__parameters" not in section:
+                raise ValueError(f"{path}: section {key!r} needs a ros__parameters mapping")
+            out.update(_flatten(section["ros__parameters"] or {}))
+    return out
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _unflatten(flat: dict[str, Any]) -> dict:
+    out: dict = {}
+    for key, v in flat.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = v
+    return out

@@ -1,0 +1,96 @@
+"""Conversation state: system prompt, bounded history, and a rolling scene memory built from captions.
+
+The scene block goes into the user message of each turn (not the system prompt), and the history keeps that
+message exactly as sent: the prompt prefix then never changes between turns, so an engine with prefix reuse
+only prefills the new turn.
+"""
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bolt_ros.assistant.config import SceneMemoryConfig
+
+
+def approx_tokens(text: str) -> int:
+    # ~4 characters per token for English with BPE/SPM vocabularies; the budget only needs to be roughly right
+    return len(text) // 4 + 1
+
+
+@dataclass
+class SceneItem:
+    text: str
+    key: str           # normalized text: the dedup key
+    first_seen: float  # monotonic seconds
+    last_seen: float
+    source: str = ""
+
+
+class SceneMemory:
+    """Recent captions, deduplicated (a repeated caption refreshes its age), bounded by age, count and tokens."""
+
+    def __init__(self, cfg: SceneMemoryConfig, count_tokens: Callable[[str], int] = approx_tokens):
+        self.cfg = cfg
+        self.count_tokens = count_tokens
+        self.items: list[SceneItem] = []  # oldest first
+
+    def add(self, text: str, *, source: str = "", now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        text = " ".join(text.split())
+        if not text:
+            return
+        key = re.sub(r"[^\w\s]", "", text.lower())
+        for i, item in enumerate(self.items):
+            if item.key == key:
+                item.last_seen, item.text = now, text
+                self.items.append(self.items.pop(i))
+                break
+        else:
+            self.items.append(SceneItem(text, key, now, now, source))
+        self._prune(now)
+
+    def render(self, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        self._prune(now)
+        if not self.items:
+            return ""
+        lines = [f"- {_age(now - it.last_seen)}: {it.text}" for it in self.items]
+        return "What you see (newest last):\n" + "\n".join(lines)
+
+    def tokens(self) -> int:
+        return sum(self.count_tokens(it.text) + 4 for it in self.items)  # +4: the "- 3 s ago: " prefix
+
+    def _prune(self, now: float) -> None:
+        self.items = [it for it in self.items if now - it.last_seen <= self.cfg.max_age_s][-self.cfg.max_items:]
+        while self.items and self.tokens() > self.cfg.max_tokens:
+            self.items.pop(0)
+
+
+def _age(seconds: float) -> str:
+    s = max(0, round(seconds))
+    return "just now" if s < 1 else f"{s} s ago" if s < 120 else f"{s // 60} min ago"
+
+
+class Conversation:
+    def __init__(self, system_prompt: str, max_messages: int = 16):
+        self.system_prompt = system_prompt
+        self.max_messages = max_messages
+        self.history: list[dict] = []
+
+    def user_message(self, utterance: str, scene: str = "") -> dict:
+        content = f"[{scene}]\n{utterance}" if scene else utterance
+        return {"role": "user", "content": content}
+
+    def messages(self, pending: list[dict] = ()) -> list[dict]:
+        """The full prompt: system, history, then the messages of the turn in progress."""
+        return [{"role": "system", "content": self.system_prompt}, *self.history, *pending]
+
+    def commit(self, turn: list[dict]) -> None:
+        """Append a finished (or interrupted) turn and trim the oldest turns to the bound."""
+        self.history.extend(turn)
+        while len(self.history) > self.max_messages:
+            # drop whole turns: cut up to the next user message so no tool result loses its call
+            nxt = next((i for i, m in enumerate(self.history[1:], 1) if m["role"] == "user"), len(self.history))
+            del self.history[:nxt]

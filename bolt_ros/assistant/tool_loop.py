@@ -1,0 +1,154 @@
+"""One assistant turn: model call -> tool calls -> results back to the model -> ... -> final reply.
+
+Bounded: at most `max_tool_rounds` model calls may use tools; the call after that is offered no tools, so the
+model has to answer in words. Cancellation (barge-in) is checked between streamed events and between tool calls.
+Everything the outside world needs (text, sentences for TTS, tool calls and results, state changes, errors) is
+reported through `emit` as it happens.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
+from bolt_ros.assistant.conversation import Conversation
+from bolt_ros.assistant.sentences import SentenceSplitter
+from bolt_ros.assistant.tools import ToolOutcome
+
+EventKind = Literal["text", "thought", "sentence", "tool_call", "tool_result", "state", "error"]
+IDLE, THINKING, SPEAKING, ACTING = "idle", "thinking", "speaking", "acting"
+
+
+@dataclass
+class LoopEvent:
+    kind: EventKind
+    text: str = ""
+    call: ToolCallRequest | None = None
+    result: ToolOutcome | None = None
+    t: float = field(default_factory=time.perf_counter)  # when it happened (latency accounting)
+
+
+@dataclass
+class TurnResult:
+    text: str = ""
+    messages: list[dict] = field(default_factory=list)   # the turn as it goes into the history
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    tool_results: list[ToolOutcome] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    cancelled: bool = False
+    error: str = ""
+    t_request: float = 0.0  # perf_counter when the first engine request went out
+
+
+ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]
+
+
+class ToolLoop:
+    def __init__(self, backend: ChatBackend, call_tool: ToolCaller, emit: Callable[[LoopEvent], None], *,
+                 max_tool_rounds: int = 3):
+        self.backend = backend
+        self.call_tool = call_tool
+        self.emit = emit
+        self.max_tool_rounds = max_tool_rounds
+        self._state = IDLE
+
+    def run(self, conv: Conversation, user_msg: dict, tools: list[dict], *, enable_thinking: bool,
+            cancel: threading.Event, t0: float | None = None) -> TurnResult:
+        t0 = time.perf_counter() if t0 is None else t0
+        res = TurnResult(messages=[user_msg])
+        try:
+            for rnd in range(self.max_tool_rounds + 1):
+                calls = self._model_call(conv, res, tools if rnd < self.max_tool_rounds else [], enable_thinking,
+                                         cancel, t0)
+                if res.cancelled or not calls:
+                    break
+                self._run_tools(calls, res, cancel, allowed=rnd < self.max_tool_rounds)
+                if res.cancelled:
+                    break
+        except Exception as e:  # a failing engine ends the turn with an error event; the node keeps running
+            res.error = f"{type(e).__name__}: {e}"
+            self.emit(LoopEvent("error", res.error))
+        res.stats["tool_rounds"] = sum(1 for m in res.messages if m["role"] == "assistant" and m.get("tool_calls"))
+        res.stats["total_ms"] = (time.perf_counter() - t0) * 1e3
+        self._set_state(IDLE)
+        return res
+
+    def _model_call(self, conv, res, tools, enable_thinking, cancel, t0) -> list[ToolCallRequest]:
+        self._set_state(THINKING)
+        splitter, text, calls = SentenceSplitter(), [], []
+        if not res.t_request:
+            res.t_request = time.perf_counter()
+        for ev in self.backend.stream_chat(conv.messages(res.messages), tools, enable_thinking=enable_thinking,
+                                           cancel=cancel):
+            if cancel.is_set():
+                res.cancelled = True
+                break
+            if isinstance(ev, TextDelta) and ev.text:
+                res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
+                self._set_state(SPEAKING)
+                text.append(ev.text)
+                self.emit(LoopEvent("text", ev.text))
+                for s in splitter.push(ev.text):
+                    self.emit(LoopEvent("sentence", s))
+            elif isinstance(ev, ThoughtDelta) and ev.text:
+                self.emit(LoopEvent("thought", ev.text))
+            elif isinstance(ev, ToolCallRequest):
+                res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
+                calls.append(ev)
+                self.emit(LoopEvent("tool_call", call=ev))
+            elif isinstance(ev, Finished):
+                _merge_stats(res.stats, ev.stats)
+        res.cancelled = res.cancelled or cancel.is_set()
+        if not res.cancelled:  # an interrupted reply's last fragment is not spoken
+            for s in splitter.flush():
+                self.emit(LoopEvent("sentence", s))
+        reply = "".join(text)
+        res.text += ("" if not res.text or not reply else " ") + reply.strip()
+        msg: dict = {"role": "assistant", "content": reply}
+        if calls:
+            msg["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments if c.error is None else {}}}
+                                 for c in calls]
+        if reply or calls:
+            res.messages.append(msg)
+        return calls
+
+    def _run_tools(self, calls, res, cancel, *, allowed: bool) -> None:
+        self._set_state(ACTING)
+        for call in calls:
+            if cancel.is_set():
+                res.cancelled = True
+                outcome = ToolOutcome(call.id, call.name, False, error="cancelled: the user interrupted")
+            elif not allowed:
+                outcome = ToolOutcome(call.id, call.name, False, error="no more tool calls allowed in this turn")
+            else:
+                outcome = self.call_tool(call, cancel)
+            res.tool_calls.append(call)
+            res.tool_results.append(outcome)
+            self.emit(LoopEvent("tool_result", call=call, result=outcome))
+            res.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
+                                 "content": outcome.for_model()})
+
+    def _set_state(self, state: str) -> None:
+        if state != self._state:
+            self._state = state
+            self.emit(LoopEvent("state", state))
+
+
+def _merge_stats(acc: dict, new: dict) -> None:
+    """Sum token counts over the model calls of a turn; rates and acceptance are token-weighted means."""
+    n_old, n_new = acc.get("completion_tokens", 0), new.get("completion_tokens", 0)
+    for key in ("tokens_per_second", "acceptance_length"):
+        if key in new:
+            total = n_old + n_new
+            acc[key] = (acc.get(key, 0.0) * n_old + new[key] * n_new) / total if total else new[key]
+    for key in ("prompt_tokens", "completion_tokens"):
+        acc[key] = acc.get(key, 0) + int(new.get(key, 0))
+
+
+def arguments_json(call: ToolCallRequest) -> str:
+    return json.dumps(call.arguments) if call.arguments is not None else call.raw

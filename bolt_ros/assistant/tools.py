@@ -1,0 +1,219 @@
+"""Tool declarations from config, argument validation, and the argument -> goal/request mapping (ROS-free).
+
+A tool is an OpenAI-style function the model may call, bound to a ROS action or service. Its parameters are a
+JSON-schema subset (object of string/number/integer/boolean/array properties with enum, minimum/maximum, default);
+validation builds a pydantic model from that schema, so errors the model sees read like
+"speed: Input should be less than or equal to 2". Enums may be filled at runtime (animation names from the robot).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+
+from bolt_ros.assistant.backend import ToolCallRequest
+
+_JSON_TYPES: dict[str, Any] = {"string": str, "number": float, "integer": int, "boolean": bool}
+
+
+class ArgRef(BaseModel):
+    """A goal/request field taken from a tool argument: value = arg * scale + offset (e.g. degrees -> radians)."""
+    model_config = ConfigDict(extra="forbid")
+    arg: str
+    scale: float = 1.0
+    offset: float = 0.0
+    default: Any = None  # used when the model omits an optional argument; None leaves the message default
+
+
+class EnumSource(BaseModel):
+    """Fill a string parameter's enum from a service at startup (the robot's animation library)."""
+    model_config = ConfigDict(extra="forbid")
+    parameter: str
+    service: str = "list_animations"
+    type: str = "bolt_ros/srv/ListAnimations"
+    names_field: str = "names"
+    descriptions_field: str = "descriptions"  # "" = none; else appended to the tool description for the model
+
+
+class ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+    description: str
+    parameters: dict = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    kind: Literal["action", "service"]
+    target: str                       # action or service name, relative so a namespace applies
+    type: str                         # "bolt_ros/action/PlayAnimation", "bolt_ros/srv/ListAnimations"
+    timeout_s: float = Field(10.0, gt=0)         # whole call: goal sent -> result
+    server_timeout_s: float = Field(1.0, gt=0)   # how long to wait for the server to appear
+    wait: Literal["result", "accepted"] = "result"  # "accepted": return once the goal runs (robot talks while moving)
+    goal: dict[str, ArgRef | bool | int | float | str | list] = Field(default_factory=dict)  # field path -> value
+    clamp: bool = False               # numbers out of [minimum, maximum] are clamped instead of refused
+    enum_from: EnumSource | None = None
+    cancel_on_barge_in: bool = True   # barge-in cancels this tool's running goals
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, v: dict) -> dict:
+        if v.get("type", "object") != "object" or not isinstance(v.get("properties", {}), dict):
+            raise ValueError("parameters must be a JSON schema of type object with a properties mapping")
+        for pname, prop in v.get("properties", {}).items():
+            t = prop.get("type")
+            if t not in (*_JSON_TYPES, "array"):
+                raise ValueError(f"parameter {pname!r}: unsupported type {t!r} (use {', '.join(_JSON_TYPES)}, array)")
+            if t == "array" and prop.get("items", {}).get("type") not in _JSON_TYPES:
+                raise ValueError(f"parameter {pname!r}: array items must be one of {', '.join(_JSON_TYPES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _refs_exist(self) -> ToolSpec:
+        props = self.parameters.get("properties", {})
+        for path, value in self.goal.items():
+            if isinstance(value, ArgRef) and value.arg not in props:
+                raise ValueError(f"tool {self.name}: goal field {path!r} refers to unknown argument {value.arg!r}")
+        if self.enum_from and props.get(self.enum_from.parameter, {}).get("type") != "string":
+            raise ValueError(f"tool {self.name}: enum_from.parameter must name a string parameter")
+        if ("/action/" if self.kind == "action" else "/srv/") not in self.type:
+            raise ValueError(f"tool {self.name}: type {self.type!r} does not match kind {self.kind!r}")
+        return self
+
+
+class ToolError(Exception):
+    """A call the router refuses before touching ROS (unknown tool, unparsable call, bad arguments)."""
+
+
+@dataclass
+class ToolOutcome:
+    id: str
+    name: str
+    ok: bool
+    content: str = "{}"      # JSON text: the result (and last feedback) on success
+    error: str = ""
+    elapsed_ms: float = 0.0
+
+    def for_model(self) -> str:
+        """What the model reads as the tool message."""
+        return self.content if self.ok else json.dumps({"error": self.error})
+
+
+class Tool:
+    """One ToolSpec plus its runtime state: enum values learned from the robot and the pydantic validator."""
+
+    def __init__(self, spec: ToolSpec):
+        self.spec = spec
+        self.enum_values: list[str] | None = None
+        self.enum_descriptions: list[str] = []
+        self.version = 0  # bumped when the schema changes (enum filled)
+        self._model = self._build_model()
+
+    def set_enum(self, values: list[str], descriptions: list[str] | None = None) -> None:
+        self.enum_values = list(values)
+        self.enum_descriptions = list(descriptions or [])
+        self._model = self._build_model()
+        self.version += 1
+
+    def schema(self) -> dict:
+        schema = json.loads(json.dumps(self.spec.parameters))
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        if self.spec.enum_from and self.enum_values is not None:
+            schema["properties"][self.spec.enum_from.parameter]["enum"] = self.enum_values
+        return schema
+
+    def openai(self) -> dict:
+        desc = self.spec.description
+        if self.enum_values and self.enum_descriptions:
+            listing = "; ".join(f"{n}: {d}" for n, d in zip(self.enum_values, self.enum_descriptions) if d)
+            desc = f"{desc} Available: {listing}." if listing else desc
+        return {"type": "function", "function": {"name": self.spec.name, "description": desc,
+                                                 "parameters": self.schema()}}
+
+    def validate(self, arguments: dict) -> dict:
+        """Arguments from the model -> a complete, checked argument dict (defaults filled); ToolError otherwise."""
+        if self.spec.clamp:
+            arguments = self._clamped(arguments)
+        try:
+            return self._model.model_validate(arguments).model_dump(exclude_none=True)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                                 for err in e.errors())
+            raise ToolError(f"invalid arguments for {self.spec.name}: {problems}") from None
+
+    def request_fields(self, args: dict) -> dict[str, Any]:
+        """Validated arguments -> {goal/request field path: value}; paths like "target.head_yaw"."""
+        fields: dict[str, Any] = {}
+        for path, value in self.spec.goal.items():
+            if isinstance(value, ArgRef):
+                raw = args.get(value.arg, value.default)
+                if raw is None:
+                    continue
+                if isinstance(raw, int | float) and not isinstance(raw, bool):
+                    raw = raw * value.scale + value.offset
+                fields[path] = raw
+            else:
+                fields[path] = value
+        return fields
+
+    def _clamped(self, arguments: dict) -> dict:
+        out = dict(arguments)
+        for pname, prop in self.spec.parameters.get("properties", {}).items():
+            v = out.get(pname)
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                lo, hi = prop.get("minimum", -math.inf), prop.get("maximum", math.inf)
+                out[pname] = min(max(v, lo), hi)
+        return out
+
+    def _build_model(self) -> type[BaseModel]:
+        schema = self.schema()
+        required = set(schema.get("required", []))
+        fields = {}
+        for pname, prop in schema["properties"].items():
+            ann = _annotation(prop)
+            constraints = {k: prop[j] for j, k in (("minimum", "ge"), ("maximum", "le"), ("minLength", "min_length"),
+                                                  ("maxLength", "max_length")) if j in prop}
+            default = ... if pname in required else prop.get("default")
+            fields[pname] = (ann if pname in required else ann | None, Field(default, **constraints))
+        cfg = ConfigDict(extra="forbid", allow_inf_nan=False)
+        return create_model(f"{self.spec.name}_args", __config__=cfg, **fields)
+
+
+def _annotation(prop: dict) -> Any:
+    if prop.get("enum"):
+        return Literal[tuple(prop["enum"])]
+    if prop["type"] == "array":
+        item_type = _JSON_TYPES[prop["items"]["type"]]
+        return list[item_type]
+    return _JSON_TYPES[prop["type"]]
+
+
+class ToolRegistry:
+    """The tools the model may call, by name."""
+
+    def __init__(self, specs: list[ToolSpec]):
+        self.tools: dict[str, Tool] = {}
+        self._cache: list[dict] = []
+        self._cache_key: tuple = ()
+        for spec in specs:
+            if spec.name in self.tools:
+                raise ValueError(f"tool {spec.name!r} is declared twice")
+            self.tools[spec.name] = Tool(spec)
+
+    def openai_tools(self) -> list[dict]:
+        """The tool list for the model (rebuilt only after an enum changed: it is on every turn's hot path)."""
+        key = tuple(t.version for t in self.tools.values())
+        if key != self._cache_key:
+            self._cache, self._cache_key = [t.openai() for t in self.tools.values()], key
+        return self._cache
+
+    def resolve(self, call: ToolCallRequest) -> tuple[Tool, dict]:
+        """A parsed call -> (tool, validated arguments); ToolError with a message meant for the model otherwise."""
+        if call.error:
+            raise ToolError(f"could not parse the tool call: {call.error}")
+        tool = self.tools.get(call.name)
+        if tool is None:
+            raise ToolError(f"unknown tool {call.name!r}; available tools: {', '.join(self.tools) or 'none'}")
+        if call.arguments is None or not isinstance(call.arguments, dict):
+            raise ToolError(f"arguments for {call.name} must be a JSON object")
+        return tool, tool.validate(call.arguments)

@@ -1,0 +1,76 @@
+"""python -m bolt_ros.bringup [--config PATH] [--console] [name:=value ...]
+
+Runs the assistant graph (bolt_ros.graph: the same description launch/assistant.launch.py uses) in this one
+process on a MultiThreadedExecutor. The `name:=value` pairs are the launch arguments. One SIGINT (Ctrl-C) ends
+everything: rclpy's handler shuts the context down and the bounded spin loop sees it within 0.1 s.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+
+import rclpy
+
+from bolt_ros.graph import describe_graph, instantiate, launch_arguments, parse_arguments
+
+
+def parse(argv: list[str]) -> tuple[dict[str, str], bool]:
+    ap = argparse.ArgumentParser(prog="python -m bolt_ros.bringup", description=__doc__.split("\n\n")[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="launch arguments (name:=value): " + ", ".join(
+                                     f"{k} (default {v!r})" for k, v in launch_arguments().items()))
+    ap.add_argument("--config", help="assistant parameters file (default: the package's config/assistant.yaml)")
+    ap.add_argument("--console", action="store_true", help="type utterances, watch speech, tools and motion")
+    ap.add_argument("pairs", nargs="*", metavar="name:=value")
+    ns = ap.parse_args(argv)
+    pairs: dict[str, str] = {}
+    for p in ns.pairs:
+        name, sep, value = p.partition(":=")
+        if not sep or name not in launch_arguments():
+            ap.error(f"expected name:=value with name one of {', '.join(launch_arguments())}, got {p!r}")
+        pairs[name] = value
+    if ns.config:
+        pairs["config"] = ns.config
+    return pairs, ns.console
+
+
+def main(argv: list[str] | None = None) -> int:
+    pairs, console = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_arguments(pairs)
+        procs = describe_graph(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rclpy.init(args=[])
+    from bolt_ros.nodes.common import spin_nodes  # after init: imports rclpy node machinery
+
+    nodes = []
+    try:
+        for p in procs:
+            nodes += instantiate(p, namespace=args.namespace)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        for n in nodes:
+            n.destroy_node()
+        rclpy.try_shutdown()
+        return 2
+    stop = threading.Event()
+    if console:
+        from bolt_ros.console import Console
+        con = Console(namespace=args.namespace)
+        nodes.append(con)
+        con.start_input(stop)
+    print(f"bringup: {len(nodes)} nodes running ({', '.join(n.get_name() for n in nodes)}); Ctrl-C to stop",
+          file=sys.stderr, flush=True)
+    try:
+        spin_nodes(nodes, stop=stop)
+    finally:
+        rclpy.try_shutdown()
+    print("bringup: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

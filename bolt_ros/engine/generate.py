@@ -1,0 +1,303 @@
+"""The engine: load a GGUF model, prefill with prefix reuse, and decode with streaming, stops and cancellation.
+
+Decoding is split into a *decoder* (how tokens are proposed and committed: one per forward pass for plain decoding,
+several for DFlash) and one outer loop (stop tokens and strings, max tokens, streaming text, cancellation, timings)
+shared by both.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from .chat_format import ChatFormat
+from .config import ModelConfig, config_from_gguf
+from .default_models import resolve_model
+from .gguf_file import GGUFFile
+from .kv_cache import KVCache
+from .model import Transformer
+from .sampling import Sampler, SamplingParams
+from .tokenizer import StreamDecoder, Tokenizer
+from .weights import WeightStore
+
+
+@dataclass
+class Timings:
+    load_s: float = 0.0
+    prompt_tokens: int = 0  # tokens in the prompt
+    prefill_tokens: int = 0  # tokens actually run (the rest came from the reused prefix)
+    prefill_s: float = 0.0
+    ttft_s: float = 0.0
+    decode_tokens: int = 0
+    decode_s: float = 0.0
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prefill_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {"load_s": round(self.load_s, 4), "prompt_tokens": self.prompt_tokens,
+                "prefill_tokens": self.prefill_tokens, "ttft_ms": round(self.ttft_s * 1e3, 3),
+                "prefill_tok_s": round(self.prefill_tok_s, 2), "decode_tok_s": round(self.decode_tok_s, 2)}
+
+
+@dataclass
+class TokenEvent:
+    id: int
+    text: str  # new text; may be "" while a UTF-8 character or a possible stop string is incomplete
+
+
+@dataclass
+class GenerationResult:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    finish_reason: str  # "eos" | "stop" | "length" | "cancelled" | "context"
+    timings: Timings
+    spec: dict | None = None  # speculative decoding statistics
+
+
+class Session:
+    """One sequence's KV cache and the tokens it holds. A prompt sharing a prefix with `tokens` reuses it."""
+
+    def __init__(self, cache: KVCache):
+        self.cache = cache
+        self.tokens: list[int] = []
+        self.last_prefill = 0  # tokens the last prefill actually ran
+        self.lock = threading.Lock()  # one generation at a time per session
+
+    def truncate(self, n: int) -> None:
+        self.cache.truncate(n)
+        del self.tokens[n:]
+
+    def reset(self) -> None:
+        self.truncate(0)
+
+
+class Decoder(Protocol):
+    """Proposes and commits tokens. After prefill()/step(), the cache holds every committed token but the last."""
+
+    def prefill(self, ids: list[int]) -> None: ...
+    def step(self, recent: list[int]) -> list[int]: ...
+    def rollback(self, n_keep_committed: int) -> None: ...
+    def stats(self) -> dict | None: ...
+
+
+class PlainDecoder:
+    """One target forward pass per token."""
+
+    def __init__(self, engine: Engine, session: Session, sampler: Sampler):
+        self.engine, self.session, self.sampler = engine, session, sampler
+        self.logits: torch.Tensor | None = None
+        self.pending: int | None = None  # committed, not yet in the cache
+
+    def prefill(self, ids: list[int]) -> None:
+        self.logits = self.engine.prefill(self.session, ids)
+
+    def step(self, recent: list[int]) -> list[int]:
+        if self.pending is not None:
+            self.logits = self.engine.forward(self.session, [self.pending])
+        self.pending = self.sampler.sample(self.logits, recent)
+        return [self.pending]
+
+    def rollback(self, n_keep_committed: int) -> None:
+        pass  # plain decoding never commits more than it emits
+
+    def stats(self) -> dict | None:
+        return None
+
+
+class Engine:
+    def __init__(self, gf: GGUFFile, model: Transformer, tokenizer: Tokenizer, n_ctx: int, load_s: float = 0.0):
+        self.gguf, self.model, self.tok = gf, model, tokenizer
+        self.cfg: ModelConfig = model.cfg
+        self.n_ctx = n_ctx
+        self.load_s = load_s
+        self.chat_format = ChatFormat.for_model(gf, tokenizer)
+        self.draft = None  # a DFlash drafter, attached by bolt_ros.engine.dflash
+
+    @classmethod
+    def load(cls, model: str | Path, *, n_ctx: int = 4096, policy: str = "fast", threads: int | None = None,
+             draft: str | Path | None = None, progress: bool = False, device: str = "cpu") -> Engine:
+        if threads:
+            torch.set_num_threads(threads)
+        t0 = time.perf_counter()
+        gf = GGUFFile(resolve_model(model))
+        cfg = config_from_gguf(gf)
+        tok = Tokenizer.from_gguf(gf)
+        weights = WeightStore(gf, policy, device=device, progress=progress)
+        net = Transformer(cfg, weights)
+        engine = cls(gf, net, tok, min(n_ctx, cfg.n_ctx_train), time.perf_counter() - t0)
+        if draft is not None:
+            from .dflash import attach_drafter
+            attach_drafter(engine, draft, policy=policy)
+        engine.load_s = time.perf_counter() - t0
+        return engine
+
+    def chat_session(self, system: str | None = None, **kw):
+        """A multi-turn conversation on its own KV cache (see chat_session.ChatSession)."""
+        from .chat_session import ChatSession
+        return ChatSession(self, system, **kw)
+
+    # --- forward passes --------------------------------------------------------------------------------------------
+    def new_session(self) -> Session:
+        return Session(self.model.new_cache(self.n_ctx))
+
+    def forward(self, session: Session, ids: list[int], *, logits: str = "last") -> torch.Tensor:
+        """Append ids to the session (chunked to the cache's step size); logits of the last (or every) token."""
+        out = []
+        step = session.cache.max_step
+        for i in range(0, len(ids), step):
+            chunk = ids[i:i + step]
+            last = i + step >= len(ids)
+            mode = logits if last or logits == "all" else None
+            res = self.model(torch.tensor(chunk, dtype=torch.long), session.cache, logits=mode)
+            session.tokens.extend(chunk)
+            if res.logits is not None:
+                out.append(res.logits)
+        return out[-1][-1] if logits == "last" else torch.cat(out)
+
+    def prefill(self, session: Session, ids: list[int]) -> torch.Tensor:
+        """Logits after `ids`, reusing the longest prefix the session already holds."""
+        if not ids:
+            raise ValueError("empty prompt")
+        if len(ids) >= self.n_ctx:
+            raise ValueError(f"prompt of {len(ids)} tokens does not fit the context ({self.n_ctx})")
+        keep = 0
+        for a, b in zip(session.tokens, ids):
+            if a != b:
+                break
+            keep += 1
+        keep = min(keep, len(ids) - 1)  # always run at least one token to get its logits
+        session.truncate(keep)
+        session.last_prefill = len(ids) - keep
+        return self.forward(session, ids[keep:])
+
+    # --- generation ------------------------------------------------------------------------------------------------
+    def stream(self, prompt_ids: list[int], params: SamplingParams | None = None, *, session: Session | None = None,
+               cancel: threading.Event | None = None,
+               use_draft: bool = True) -> Iterator[TokenEvent | GenerationResult]:
+        """Yield TokenEvents as tokens are committed, then one GenerationResult."""
+        params = params or SamplingParams()
+        session = session or self.new_session()
+        with session.lock:
+            yield from self._stream(prompt_ids, params, session, cancel, use_draft)
+
+    def _stream(self, prompt_ids, params, session, cancel, use_draft):
+        sampler = Sampler(params)
+        decoder: Decoder
+        if use_draft and self.draft is not None:
+            decoder = self.draft.decoder(self, session, sampler)
+        else:
+            decoder = PlainDecoder(self, session, sampler)
+        t = Timings(load_s=self.load_s, prompt_tokens=len(prompt_ids))
+        stops = set(self.tok.eog_ids) | set(params.stop_token_ids)
+        text_out = _StopStringFilter(params.stop)
+        detok = StreamDecoder(self.tok, skip_special=True)
+        completion: list[int] = []
+        recent = list(prompt_ids)
+        t0 = time.perf_counter()
+        decoder.prefill(prompt_ids)
+        t.prefill_tokens = session.last_prefill
+        t.prefill_s = time.perf_counter() - t0
+        finish = "length"
+        t_first = None
+        room = self.n_ctx - len(prompt_ids) - 1
+        limit = min(params.max_tokens, room)
+        while len(completion) < limit:
+            if cancel is not None and cancel.is_set():
+                finish = "cancelled"
+                break
+            new = decoder.step(recent)
+            if t_first is None:
+                t_first = time.perf_counter()
+                t.ttft_s = t_first - t0
+            done = False
+            for i, tok_id in enumerate(new):
+                if tok_id in stops:
+                    finish, done = "eos", True
+                elif len(completion) < limit:
+                    completion.append(tok_id)
+                    recent.append(tok_id)
+                    delta, hit = text_out.push(detok.push(tok_id))
+                    yield TokenEvent(tok_id, delta)
+                    done = hit or len(completion) >= limit
+                    finish = "stop" if hit else finish
+                if done:
+                    if i < len(new) - 1:
+                        decoder.rollback(len(completion))  # drop committed-but-unused tokens from the cache
+                    break
+            if done:
+                break
+        if finish == "length" and len(completion) >= room and room < params.max_tokens:
+            finish = "context"
+        if t_first is not None:
+            t.decode_s = time.perf_counter() - t_first
+            t.decode_tokens = len(completion) - 1  # the first token is charged to time-to-first-token
+        tail, _ = text_out.push(detok.flush())
+        tail += text_out.flush() if finish != "stop" else ""
+        if tail:
+            yield TokenEvent(-1, tail)
+        yield GenerationResult(list(prompt_ids), completion, text_out.text, finish, t, decoder.stats())
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams | None = None, **kw) -> GenerationResult:
+        for ev in self.stream(prompt_ids, params, **kw):
+            if isinstance(ev, GenerationResult):
+                return ev
+        raise RuntimeError("generation ended without a result")
+
+    def logprobs(self, prompt_ids: list[int], continuation_ids: list[int], top: int = 5) -> list[dict]:
+        """Teacher-forced log-probabilities of each continuation token, with the top-k alternatives."""
+        session = self.new_session()
+        ids = list(prompt_ids) + list(continuation_ids)
+        logits = self.forward(session, ids, logits="all")[len(prompt_ids) - 1: len(ids) - 1]  # [C, vocab]
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        top_lp, top_ids = lp.topk(top, dim=-1)
+        return [{"id": int(c), "logprob": float(lp[i, c]),
+                 "top": [[int(a), float(b)] for a, b in zip(top_ids[i], top_lp[i])]}
+                for i, c in enumerate(continuation_ids)]
+
+
+@dataclass
+class _StopStringFilter:
+    """Streams text, holding back any tail that could still become a stop string; cuts at the first stop."""
+
+    stops: list[str]
+    text: str = ""
+    _held: str = field(default="", repr=False)
+
+    def push(self, delta: str) -> tuple[str, bool]:
+        if not self.stops:
+            self.text += delta
+            return delta, False
+        buf = self._held + delta
+        for s in self.stops:
+            at = buf.find(s)
+            if at >= 0:
+                out = buf[:at]
+                self.text += out
+                self._held = ""
+                return out, True
+        hold = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(buf)), 0, -1):
+                if buf.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        out, self._held = buf[: len(buf) - hold], buf[len(buf) - hold:]
+        self.text += out
+        return out, False
+
+    def flush(self) -> str:
+        out, self._held = self._held, ""
+        self.text += out
+        return out

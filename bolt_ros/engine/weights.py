@@ -1,0 +1,59 @@
+"""Where the model gets its tensors: GGUF bytes -> norm vectors, packed linears and row-gather embeddings.
+
+The policy decides how matrices are held: "fast" keeps them packed for the CPU/GPU matmul path, "exact" dequantizes
+to fp32 (numerical references and tests). Embedding tables stay in their GGUF blocks and dequantize only looked-up rows,
+so a tied table serves both the lookup and the output head without an fp32 copy.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .gguf_file import GGUFError, GGUFFile, torch_shape
+from .linear import QuantEmbedding, QuantLinear
+from .quants import dequantize
+
+Policy = Literal["fast", "exact"]
+
+
+class WeightStore:
+    def __init__(self, gf: GGUFFile, policy: Policy = "fast", device: str | torch.device = "cpu",
+                 progress: bool = False):
+        if policy not in ("fast", "exact"):
+            raise ValueError(f"unknown weight policy {policy!r} (fast or exact)")
+        self.gf, self.policy, self.device = gf, policy, torch.device(device)
+        self.used: set[str] = set()
+        self.bar = tqdm(total=len(gf.tensors), desc=f"loading {gf.path.name}", unit="tensor", leave=False,
+                        disable=not progress)
+
+    def has(self, name: str) -> bool:
+        return name in self.gf.tensors
+
+    def _info(self, name: str):
+        if name not in self.used:
+            self.used.add(name)
+            self.bar.update()
+        return self.gf.info(name)
+
+    def vector(self, name: str) -> torch.Tensor:
+        info = self._info(name)
+        t = dequantize(self.gf.raw(name), info.ggml_type, torch_shape(info))
+        if not torch.isfinite(t).all():
+            raise GGUFError(f"tensor {name!r} has non-finite values")
+        return t.reshape(-1).to(self.device)
+
+    def linear(self, name: str, role: str = "matrix") -> QuantLinear:
+        info = self._info(name)
+        if len(info.shape) != 2:
+            raise GGUFError(f"tensor {name!r} should be 2-D, has shape {info.shape}")
+        return QuantLinear(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info),
+                           policy=self.policy, role=role).to(self.device)
+
+    def embedding(self, name: str) -> QuantEmbedding:
+        info = self._info(name)
+        if len(info.shape) != 2:
+            raise GGUFError(f"tensor {name!r} should be 2-D, has shape {info.shape}")
+        return QuantEmbedding(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info)).to(self.device)

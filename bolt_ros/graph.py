@@ -1,0 +1,106 @@
+"""The one description of the assistant graph: which processes run which nodes with which parameters.
+
+`launch/assistant.launch.py` turns it into launch_ros Node actions (one OS process per entry);
+`python -m bolt_ros.bringup` instantiates the same entries in one process on a MultiThreadedExecutor. Each
+entry's parameters go to every node of its process (launch_ros applies a `parameters=[dict]` to all of them).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bolt_ros.assistant.config import from_ros_parameters, load_params_file, to_ros_parameters
+
+PACKAGE = "bolt_ros"
+ASSISTANT_NODE = "assistant_node"
+
+
+class GraphArgs(BaseModel):
+    """The launch arguments (`name:=value`); strings as launch gives them, parsed here."""
+    model_config = ConfigDict(extra="forbid")
+    config: str = ""            # assistant parameters file; "" = the package's config/assistant.yaml
+    robot_config: str = ""      # simulated robot (limits, animations); "" = the package's config/robot.yaml
+    model_path: str = ""        # overrides backend.model_path ("" = keep the config's)
+    draft_path: str = ""        # overrides backend.draft_path
+    backend: str = ""           # overrides backend.kind: embedded | openai | scripted
+    base_url: str = ""          # overrides backend.base_url (openai)
+    use_sim_robot: bool = True
+    use_caption_bridge: bool = True
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    name: str                  # label of the process
+    executable: str            # in lib/bolt_ros, for launch_ros
+    factory: str               # "module:attr" -> Node class or function returning nodes, called with node kwargs
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def launch_arguments() -> dict[str, str]:
+    """Name -> default text of every launch argument (the launch file declares exactly these)."""
+    return {name: _text(f.default) for name, f in GraphArgs.model_fields.items()}
+
+
+def parse_arguments(pairs: dict[str, str]) -> GraphArgs:
+    try:
+        return GraphArgs.model_validate(pairs)
+    except ValidationError as e:
+        raise ValueError(f"bad launch arguments: {e}") from None
+
+
+def describe_graph(args: GraphArgs) -> list[ProcessSpec]:
+    """The processes of the graph; the assistant's parameters are validated here, so a bad config fails early."""
+    config = Path(args.config) if args.config else package_file("config/assistant.yaml")
+    params = load_params_file(config, ASSISTANT_NODE)
+    overrides = {"backend.kind": args.backend, "backend.model_path": args.model_path,
+                 "backend.draft_path": args.draft_path, "backend.base_url": args.base_url}
+    params.update({k: v for k, v in overrides.items() if v})
+    try:
+        params = to_ros_parameters(from_ros_parameters(params))  # complete and checked
+    except ValidationError as e:
+        raise ValueError(f"{config}: invalid assistant parameters:\n{e}") from None
+    procs = [ProcessSpec("assistant", "assistant_node", "bolt_ros.nodes.assistant_node:make_nodes", params)]
+    if args.use_sim_robot:
+        robot = args.robot_config or str(package_file("config/robot.yaml"))
+        procs.append(ProcessSpec("sim_robot", "sim_robot", "bolt_ros.nodes.sim_robot:make_sim_robot_nodes",
+                                 {"robot_config": robot}))
+    if args.use_caption_bridge:
+        procs.append(ProcessSpec("caption_bridge", "caption_bridge", "bolt_ros.nodes.caption_bridge:CaptionBridge"))
+    return procs
+
+
+def instantiate(spec: ProcessSpec, **node_kwargs) -> list:
+    """Create the nodes of one process entry in this process (bringup); node_kwargs: context, namespace, ..."""
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+
+    module, _, attr = spec.factory.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"process {spec.name}: cannot load {spec.factory}: {e}") from e
+    overrides = [Parameter(k, value=v) for k, v in spec.parameters.items()]
+    made = factory(parameter_overrides=overrides, **node_kwargs)
+    nodes = [made] if isinstance(made, Node) else list(made)
+    return nodes
+
+
+def package_file(rel: str) -> Path:
+    """A file of the package: the source checkout first (live edits), then the installed share directory."""
+    src = Path(__file__).resolve().parent.parent / rel
+    if src.exists():
+        return src
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        return Path(get_package_share_directory(PACKAGE)) / rel
+    except (ImportError, LookupError) as e:
+        raise FileNotFoundError(f"cannot find {rel} of package {PACKAGE}: {e}") from e
+
+
+def _text(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)

@@ -1,0 +1,301 @@
+"""The assistant node: utterances in (`speech/transcript`, the `converse` action), speech and motion out.
+
+Callbacks only queue work and set flags; one worker thread runs the engine and the tool loop, so a long
+generation never blocks the executor and a barge-in (new utterance, goal cancel) lands at once: it sets the
+running turn's cancel event and, if configured, cancels the robot's running goals from the callback itself.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ServerGoalHandle
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+from std_msgs.msg import String
+
+from bolt_ros.action import Converse
+from bolt_ros.assistant.backend import BackendError, ChatBackend, make_backend
+from bolt_ros.assistant.config import AssistantConfig, from_ros_parameters, to_ros_parameters
+from bolt_ros.assistant.conversation import Conversation, SceneMemory
+from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult, arguments_json
+from bolt_ros.assistant.tools import ToolRegistry
+from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, ToolCall, ToolResult
+from bolt_ros.nodes.common import run_nodes
+from bolt_ros.nodes.tool_router import ToolRouter
+
+_KIND = {"text": AssistantEvent.TEXT_DELTA, "sentence": AssistantEvent.SENTENCE, "tool_call": AssistantEvent.TOOL_CALL,
+         "tool_result": AssistantEvent.TOOL_RESULT, "state": AssistantEvent.STATE,
+         "thought": AssistantEvent.THOUGHT_DELTA, "error": AssistantEvent.ERROR}
+_RESTART_ONLY = ("backend.", "tools", "topics.", "scene_memory.")  # parameters read once at startup
+MAX_CONVERSATIONS = 16
+
+
+@dataclass
+class Job:
+    utterance: str
+    conversation_id: str = ""
+    enable_thinking: bool = False
+    goal: ServerGoalHandle | None = None
+    t_received: float = field(default_factory=time.perf_counter)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    interrupted_by: str = ""        # why it was cancelled: "barge-in", "cancel", "shutdown"
+    t_cancel: float = 0.0
+    result: TurnResult | None = None
+
+    def stop(self, why: str) -> None:
+        if not self.cancel.is_set():
+            self.interrupted_by, self.t_cancel = why, time.perf_counter()
+            self.cancel.set()
+
+
+class AssistantNode(Node):
+    def __init__(self, config: AssistantConfig | None = None, *, backend: ChatBackend | None = None, **node_kwargs):
+        super().__init__(node_kwargs.pop("node_name", "assistant_node"), **node_kwargs)
+        self.config = self._declare_config(config or AssistantConfig())
+        try:
+            self.backend = backend if backend is not None else make_backend(self.config.backend)
+        except (BackendError, ValueError, OSError) as e:
+            self.destroy_node()
+            raise ValueError(f"node {self.get_name()!r}: cannot start backend {self.config.backend.kind!r}: {e}") from e
+        self.registry = ToolRegistry(self.config.tools)
+        group = ReentrantCallbackGroup()
+        self.router = ToolRouter(self, self.registry, callback_group=group)
+        self.scene = SceneMemory(self.config.scene_memory)
+        self._scene_lock = threading.Lock()
+        self._conversations: OrderedDict[str, Conversation] = OrderedDict()
+        topics = self.config.topics
+        self._events_pub = self.create_publisher(AssistantEvent, topics.events, 100)
+        self._tts_pub = self.create_publisher(String, topics.tts, 10)
+        self.create_subscription(String, topics.transcript, self._on_transcript, 10, callback_group=group)
+        self.create_subscription(Caption, topics.caption, self._on_caption, 50, callback_group=group)
+        self._server = ActionServer(self, Converse, topics.converse, execute_callback=self._execute,
+                                    goal_callback=lambda _g: GoalResponse.ACCEPT, cancel_callback=self._on_cancel,
+                                    callback_group=group)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        # latency accounting (bench/bench_graph.py reads these): milliseconds
+        self.latency: dict[str, deque[float]] = {k: deque(maxlen=100_000) for k in
+                                                 ("utterance_to_request", "sentence_to_tts", "barge_in_stop")}
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._current: Job | None = None
+        self._pending: list[Job] = []
+        self._closing = threading.Event()
+        self._worker = threading.Thread(target=self._work, name="assistant-worker", daemon=True)
+        self._worker.start()
+        self._enum_thread = threading.Thread(target=self._fill_enums, name="assistant-enums", daemon=True)
+        self._enum_thread.start()
+        self.get_logger().info(f"assistant ready: backend {self.config.backend.kind}, "
+                               f"{len(self.registry.tools)} tools ({', '.join(self.registry.tools) or 'none'})")
+
+    # ---- parameters ------------------------------------------------------------------------------------------
+    def _declare_config(self, config: AssistantConfig) -> AssistantConfig:
+        flat = to_ros_parameters(config)
+        descriptor = ParameterDescriptor(dynamic_typing=True)  # `-p backend.temperature:=1` (int) is fine
+        for name, value in flat.items():
+            if not self.has_parameter(name):
+                self.declare_parameter(name, value, descriptor)
+        try:
+            return from_ros_parameters({n: self.get_parameter(n).value for n in flat})
+        except ValidationError as e:
+            self.destroy_node()
+            raise ValueError(f"node {self.get_name()!r}: invalid parameters:\n{e}") from e
+
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        changes = {p.name: p.value for p in params}
+        late = [n for n in changes if n.startswith(_RESTART_ONLY)]
+        if late:
+            return SetParametersResult(successful=False, reason=f"{', '.join(late)} only apply at startup")
+        try:
+            self.config = from_ros_parameters({**to_ros_parameters(self.config), **changes})
+        except ValidationError as e:
+            return SetParametersResult(successful=False, reason=str(e))
+        return SetParametersResult(successful=True)
+
+    # ---- inputs (executor threads: quick, never block) -------------------------------------------------------
+    def _on_transcript(self, msg: String) -> None:
+        text = msg.data.strip()
+        if text:
+            self.submit(Job(text, enable_thinking=self.config.enable_thinking))
+
+    def _on_caption(self, msg: Caption) -> None:
+        with self._scene_lock:
+            self.scene.add(msg.text, source=msg.source)
+
+    def submit(self, job: Job) -> Job:
+        """Queue a turn; with barge-in on, whatever is running or waiting is interrupted first."""
+        if self.config.barge_in:
+            self._interrupt("barge-in", stop_motion=self.config.barge_in_stops_motion)
+        with self._lock:
+            self._pending.append(job)
+        self._jobs.put(job)
+        return job
+
+    def _interrupt(self, why: str, *, stop_motion: bool) -> None:
+        with self._lock:
+            victims = [j for j in (self._current, *self._pending) if j is not None and not j.done.is_set()]
+        for j in victims:
+            j.stop(why)
+        if stop_motion:
+            self.router.cancel_running()
+
+    def _on_cancel(self, goal: ServerGoalHandle) -> CancelResponse:
+        with self._lock:
+            jobs = [j for j in (self._current, *self._pending) if j is not None and j.goal is goal]
+        for j in jobs:
+            j.stop("cancel")
+        if jobs and self.config.barge_in_stops_motion:
+            self.router.cancel_running()
+        return CancelResponse.ACCEPT
+
+    def _execute(self, goal: ServerGoalHandle) -> Converse.Result:
+        req = goal.request
+        job = self.submit(Job(req.utterance, req.conversation_id, req.enable_thinking, goal=goal))
+        while not job.done.wait(0.05):
+            if self._closing.is_set():
+                job.stop("shutdown")
+        res = job.result or TurnResult(error="not run")
+        out = Converse.Result(success=not (res.error or res.cancelled), text=res.text,
+                              error=res.error or (f"interrupted ({job.interrupted_by})" if res.cancelled else ""),
+                              tool_calls=[_tool_call_msg(c) for c in res.tool_calls],
+                              tool_results=[_tool_result_msg(r) for r in res.tool_results],
+                              stats=_stats_msg(res.stats))
+        if goal.is_cancel_requested:
+            goal.canceled()
+        elif out.success:
+            goal.succeed()
+        else:
+            goal.abort()
+        return out
+
+    # ---- the worker ------------------------------------------------------------------------------------------
+    def _work(self) -> None:
+        while not self._closing.is_set():
+            try:
+                job = self._jobs.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if job is None:
+                break
+            with self._lock:
+                self._pending.remove(job)
+                self._current = job
+            try:
+                if not job.cancel.is_set():
+                    job.result = self._run_turn(job)
+                else:
+                    job.result = TurnResult(cancelled=True)
+            except Exception as e:  # never let the worker die: report and go on with the next utterance
+                self.get_logger().error(f"turn failed: {type(e).__name__}: {e}")
+                job.result = TurnResult(error=f"{type(e).__name__}: {e}")
+            finally:
+                with self._lock:
+                    self._current = None
+                job.done.set()
+
+    def _run_turn(self, job: Job) -> TurnResult:
+        cfg = self.config
+        conv = self._conversation(job.conversation_id)
+        with self._scene_lock:
+            scene = self.scene.render()
+        loop = ToolLoop(self.backend, self.router.call, lambda ev: self._emit(job, ev),
+                        max_tool_rounds=cfg.max_tool_rounds)
+        user_msg = conv.user_message(job.utterance, scene)
+        self.get_logger().info(f"user: {job.utterance!r}" + (" (thinking)" if job.enable_thinking else ""))
+        res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
+                       cancel=job.cancel, t0=job.t_received)
+        if res.t_request:
+            self.latency["utterance_to_request"].append((res.t_request - job.t_received) * 1e3)
+        if res.cancelled and job.t_cancel:
+            self.latency["barge_in_stop"].append((time.perf_counter() - job.t_cancel) * 1e3)
+            self.get_logger().info(f"turn interrupted ({job.interrupted_by}) after {res.stats['total_ms']:.0f} ms")
+        conv.commit(res.messages)
+        if res.error:
+            self.get_logger().error(f"turn failed: {res.error}")
+        else:
+            self.get_logger().info(f"robot: {res.text!r} ({len(res.tool_calls)} tool calls, "
+                                   f"{res.stats['total_ms']:.0f} ms)")
+        return res
+
+    def _conversation(self, cid: str) -> Conversation:
+        conv = self._conversations.get(cid)
+        if conv is None:
+            conv = Conversation(self.config.system_prompt, self.config.max_history_messages)
+            self._conversations[cid] = conv
+            while len(self._conversations) > MAX_CONVERSATIONS:
+                self._conversations.popitem(last=False)
+        self._conversations.move_to_end(cid)
+        conv.system_prompt, conv.max_messages = self.config.system_prompt, self.config.max_history_messages
+        return conv
+
+    def _emit(self, job: Job, ev: LoopEvent) -> None:
+        msg = AssistantEvent(conversation_id=job.conversation_id, type=_KIND[ev.kind], text=ev.text)
+        msg.stamp = self.get_clock().now().to_msg()
+        if ev.kind == "state":
+            msg.state, msg.text = ev.text, ""
+        if ev.call is not None:
+            msg.tool_call = _tool_call_msg(ev.call)
+        if ev.result is not None:
+            msg.tool_result = _tool_result_msg(ev.result)
+        if ev.kind == "sentence":
+            self._tts_pub.publish(String(data=ev.text))  # first: speech must not wait for the event plumbing
+            self.latency["sentence_to_tts"].append((time.perf_counter() - ev.t) * 1e3)
+        self._events_pub.publish(msg)
+        if job.goal is not None and job.goal.is_active:
+            job.goal.publish_feedback(Converse.Feedback(event=msg))
+
+    def _fill_enums(self) -> None:
+        delay = 0.05
+        while not self._closing.is_set() and not self.router.refresh_enums(timeout_s=1.0):
+            self._closing.wait(delay)
+            delay = min(delay * 2, 2.0)
+
+    # ---- shutdown --------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the worker (interrupting the running turn); spin_nodes calls this before destroying the node."""
+        self._closing.set()
+        self._interrupt("shutdown", stop_motion=False)
+        self._jobs.put(None)
+        self._worker.join(timeout=2.0)
+
+    def destroy_node(self) -> None:
+        if hasattr(self, "_worker") and not self._closing.is_set():  # also reached from a failed __init__
+            self.close()
+        if hasattr(self, "_server"):
+            self._server.destroy()
+        super().destroy_node()
+
+
+def _tool_call_msg(call) -> ToolCall:
+    return ToolCall(id=call.id, name=call.name, arguments=arguments_json(call))
+
+
+def _tool_result_msg(r) -> ToolResult:
+    return ToolResult(id=r.id, name=r.name, ok=r.ok, content=r.content if r.ok else "", error=r.error)
+
+
+def _stats_msg(s: dict) -> GenerationStats:
+    return GenerationStats(ttft_ms=float(s.get("ttft_ms", 0.0)), prompt_tokens=int(s.get("prompt_tokens", 0)),
+                           completion_tokens=int(s.get("completion_tokens", 0)),
+                           tokens_per_second=float(s.get("tokens_per_second", 0.0)),
+                           acceptance_length=float(s.get("acceptance_length", 1.0)),
+                           tool_rounds=int(s.get("tool_rounds", 0)), total_ms=float(s.get("total_ms", 0.0)))
+
+
+def make_nodes(**node_kwargs) -> list[Node]:
+    return [AssistantNode(**node_kwargs)]
+
+
+def main(args: list[str] | None = None) -> None:
+    raise SystemExit(run_nodes(make_nodes, args))
+
+
+if __name__ == "__main__":
+    main()

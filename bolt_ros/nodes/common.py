@@ -1,0 +1,102 @@
+"""Small rclpy helpers shared by the nodes: typed config <-> ROS parameters, and a spin loop that ends cleanly.
+
+Every node takes a pydantic config; `declare_config` declares one ROS parameter per (flattened) field with the
+config's value as default, so `--ros-args -p name:=value` / `--params-file` override it, and validates the result
+back into the model. Nested models flatten to dotted names (`limits.head_roll.lower`), as ROS params do.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import rclpy
+from pydantic import BaseModel, ValidationError
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.context import Context
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+C = TypeVar("C", bound=BaseModel)
+DEFAULT_THREADS = 8  # action servers block a thread per running goal; never leave timers/services starved
+
+
+def flatten_config(config: BaseModel, prefix: str = "") -> dict[str, Any]:
+    """{dotted name: value} for every leaf field (nested models recurse; lists and scalars are leaves)."""
+    out: dict[str, Any] = {}
+    for name in type(config).model_fields:
+        value = getattr(config, name)
+        if isinstance(value, BaseModel):
+            out.update(flatten_config(value, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = value
+    return out
+
+
+def unflatten_config(flat: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of flatten_config, as plain dicts ready for model_validate."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        d = out
+        for p in parents:
+            d = d.setdefault(p, {})
+        d[leaf] = value
+    return out
+
+
+def declare_config(node: Node, config: C) -> C:
+    """Declare config's fields as parameters of `node` and return the config with the overrides applied.
+    Raises ValueError naming the node and the bad parameter."""
+    flat = flatten_config(config)
+    # dynamic typing: `-p rate_hz:=50` (an int) must be able to override a float default; pydantic coerces
+    descriptor = ParameterDescriptor(dynamic_typing=True)
+    for name, value in flat.items():
+        if not node.has_parameter(name):
+            node.declare_parameter(name, value, descriptor)
+    values = {name: node.get_parameter(name).value for name in flat}
+    try:
+        return type(config).model_validate(unflatten_config(values))
+    except ValidationError as e:
+        raise ValueError(f"node {node.get_name()!r}: invalid parameters:\n{e}") from e
+
+
+def spin_nodes(nodes: Sequence[Node], *, context: Context | None = None, stop: threading.Event | None = None,
+               num_threads: int = DEFAULT_THREADS) -> None:
+    """Spin on a MultiThreadedExecutor until the context shuts down (rclpy's SIGINT handler does that) or `stop`
+    is set. Bounded spin_once calls: plain spin() was seen to miss the first SIGINT."""
+    context = context or nodes[0].context
+    executor = MultiThreadedExecutor(num_threads=num_threads, context=context)
+    for n in nodes:
+        executor.add_node(n)
+    try:
+        while context.ok() and not (stop and stop.is_set()):
+            executor.spin_once(timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        for n in nodes:
+            close = getattr(n, "close", None)
+            if close is not None:
+                close()  # wake the nodes' own loops (running goals) before the executor waits for its threads
+        executor.shutdown(timeout_sec=2.0)
+        for n in nodes:
+            n.destroy_node()
+
+
+def run_nodes(make_nodes: Callable[[], Sequence[Node]], args: list[str] | None = None) -> int:
+    """The body of a node's main(): init rclpy (parsing --ros-args), build the nodes, spin, shut down.
+    A config error exits with status 2 and a message instead of a traceback."""
+    rclpy.init(args=args if args is not None else sys.argv)
+    try:
+        nodes = make_nodes()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    try:
+        spin_nodes(nodes)
+    finally:
+        rclpy.try_shutdown()
+    return 0

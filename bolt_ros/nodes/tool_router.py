@@ -1,0 +1,224 @@
+"""The tool router: a model's tool call -> a checked goal on a ROS action (or a request to a service) -> JSON.
+
+Lives inside the assistant node (no extra hop); `call()` blocks the assistant's worker thread, never an executor
+thread. Every failure is a ToolOutcome with a message written for the model: unknown tool, unparsable call, bad
+arguments, server missing, goal rejected/aborted, timeout, interrupted. Every call is logged with its latency.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient
+from rclpy.node import Node
+from rclpy.task import Future
+
+from bolt_ros.assistant.backend import ToolCallRequest
+from bolt_ros.assistant.tools import Tool, ToolError, ToolOutcome, ToolRegistry
+
+_STATUS = {GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
+           GoalStatus.STATUS_CANCELED: "canceled"}
+
+
+def import_interface(type_name: str):
+    """"bolt_ros/action/PlayAnimation" -> the generated class."""
+    try:
+        pkg, kind, name = type_name.split("/")
+        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+    except (ValueError, ImportError, AttributeError) as e:
+        raise ValueError(f"unknown ROS interface type {type_name!r}: {e}") from e
+
+
+def set_fields(msg, fields: dict[str, Any]) -> None:
+    """Assign {"target.head_yaw": 0.3, ...} onto a message; a wrong field or type is a ToolError."""
+    for path, value in fields.items():
+        obj, *parents_leaf = msg, *path.split(".")
+        *parents, leaf = parents_leaf
+        try:
+            for p in parents:
+                obj = getattr(obj, p)
+            current = getattr(obj, leaf)
+            if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # rosidl float fields refuse ints
+            setattr(obj, leaf, value)
+        except (AttributeError, TypeError, ValueError, AssertionError) as e:
+            raise ToolError(f"cannot set {type(msg).__name__}.{path} = {value!r}: {e}") from None
+
+
+def msg_to_dict(msg) -> Any:
+    if hasattr(msg, "get_fields_and_field_types"):
+        return {name: msg_to_dict(getattr(msg, name)) for name in msg.get_fields_and_field_types()}
+    if isinstance(msg, list | tuple) or type(msg).__name__ == "ndarray" or type(msg).__name__ == "array":
+        return [msg_to_dict(v) for v in msg]
+    if isinstance(msg, float):
+        return round(msg, 6)
+    return msg
+
+
+class ToolRouter:
+    def __init__(self, node: Node, registry: ToolRegistry, *, callback_group=None):
+        self.node, self.registry, self.log = node, registry, node.get_logger()
+        self._clients: dict[str, Any] = {}
+        self._types: dict[str, Any] = {}
+        self._enum_clients: dict[str, Any] = {}
+        for name, tool in registry.tools.items():
+            spec, iface = tool.spec, import_interface(tool.spec.type)
+            self._types[name] = iface
+            if spec.kind == "action":
+                self._clients[name] = ActionClient(node, iface, spec.target, callback_group=callback_group)
+            else:
+                self._clients[name] = node.create_client(iface, spec.target, callback_group=callback_group)
+            if spec.enum_from:
+                src = spec.enum_from
+                self._enum_clients[name] = node.create_client(import_interface(src.type), src.service,
+                                                              callback_group=callback_group)
+        self._running: dict[int, tuple[Tool, Any]] = {}  # id(goal handle) -> (tool, handle) of goals in flight
+        self._lock = threading.Lock()
+        self.accept_latency_ms: deque[float] = deque(maxlen=100_000)  # call received -> goal accepted
+        self.send_latency_ms: deque[float] = deque(maxlen=100_000)    # call received -> goal handed to rclpy
+
+    # ---- the call path -------------------------------------------------------------------------------------
+    def call(self, call: ToolCallRequest, cancel: threading.Event) -> ToolOutcome:
+        t0 = time.perf_counter()
+        try:
+            tool, args = self.registry.resolve(call)
+            fields = tool.request_fields(args)
+            run = self._run_action if tool.spec.kind == "action" else self._run_service
+            content = run(tool, fields, cancel, t0)
+            out = ToolOutcome(call.id, call.name, True, json.dumps(content))
+        except ToolError as e:
+            out = ToolOutcome(call.id, call.name, False, error=str(e))
+        except Exception as e:  # a router bug must not take the node down; the model and the log both see it
+            out = ToolOutcome(call.id, call.name, False, error=f"internal error: {type(e).__name__}: {e}")
+        out.elapsed_ms = (time.perf_counter() - t0) * 1e3
+        args_text = json.dumps(call.arguments) if call.arguments is not None else call.raw
+        if out.ok:
+            self.log.info(f"tool {call.name}({args_text}) [{call.id}] -> ok in {out.elapsed_ms:.1f} ms: "
+                          f"{out.content[:200]}")
+        else:
+            self.log.warning(f"tool {call.name}({args_text}) [{call.id}] -> error in {out.elapsed_ms:.1f} ms: "
+                             f"{out.error}")
+        return out
+
+    def _run_action(self, tool: Tool, fields: dict, cancel: threading.Event, t0: float) -> dict:
+        spec, client = tool.spec, self._clients[tool.spec.name]
+        self._wait_ready(client.server_is_ready, spec, cancel)
+        goal = self._types[spec.name].Goal()
+        set_fields(goal, fields)
+        feedback: dict = {}
+        self.send_latency_ms.append((time.perf_counter() - t0) * 1e3)
+        send = client.send_goal_async(goal, feedback_callback=lambda fb: feedback.update(msg_to_dict(fb.feedback)))
+        handle = self._wait(send, cancel, t0 + spec.timeout_s, spec, "the goal to be accepted")
+        if not handle.accepted:
+            raise ToolError(f"{spec.target} rejected the goal {json.dumps(fields)}")
+        self.accept_latency_ms.append((time.perf_counter() - t0) * 1e3)
+        result_future = handle.get_result_async()
+        with self._lock:
+            self._running[id(handle)] = (tool, handle)
+        result_future.add_done_callback(lambda _f: self._forget(handle))
+        if spec.wait == "accepted":
+            return {"status": "started", "goal": fields}
+        try:
+            response = self._wait(result_future, cancel, t0 + spec.timeout_s, spec, "the result")
+        except ToolError:
+            handle.cancel_goal_async()  # a timed-out motion must not keep running unseen
+            raise
+        result = msg_to_dict(response.result)
+        status = _STATUS.get(response.status, f"status {response.status}")
+        if response.status != GoalStatus.STATUS_SUCCEEDED or result.get("success") is False:
+            why = result.get("message") or result.get("error") or ""
+            raise ToolError(f"{spec.target} goal {status}" + (f": {why}" if why else "")
+                            + (f" (last feedback {json.dumps(feedback)})" if feedback else ""))
+        return {"status": status, "result": result}
+
+    def _run_service(self, tool: Tool, fields: dict, cancel: threading.Event, t0: float) -> dict:
+        spec, client = tool.spec, self._clients[tool.spec.name]
+        self._wait_ready(client.service_is_ready, spec, cancel)
+        request = self._types[spec.name].Request()
+        set_fields(request, fields)
+        future = client.call_async(request)
+        try:
+            response = self._wait(future, cancel, t0 + spec.timeout_s, spec, "the response")
+        except ToolError:
+            client.remove_pending_request(future)
+            raise
+        return {"status": "succeeded", "result": msg_to_dict(response)}
+
+    def _wait_ready(self, is_ready, spec, cancel: threading.Event) -> None:
+        deadline = time.perf_counter() + min(spec.server_timeout_s, spec.timeout_s)
+        while not is_ready():
+            if cancel.is_set():
+                raise ToolError("interrupted by the user before the call was sent")
+            if time.perf_counter() > deadline:
+                raise ToolError(f"{spec.kind} server {spec.target!r} is not available (waited "
+                                f"{min(spec.server_timeout_s, spec.timeout_s):.1f} s); is the robot running?")
+            time.sleep(0.01)
+
+    def _wait(self, future: Future, cancel: threading.Event, deadline: float, spec, what: str):
+        # rclpy runs a future's done-callbacks as executor tasks (one more executor round trip), so poll done()
+        # closely for the first few ms, where goal acceptance lands, then back off
+        done = threading.Event()
+        future.add_done_callback(lambda _f: done.set())
+        fast_until = time.perf_counter() + 0.05
+        while not future.done():
+            if cancel.is_set():
+                raise ToolError(f"interrupted by the user while waiting for {what} of {spec.target}")
+            now = time.perf_counter()
+            if now > deadline:
+                raise ToolError(f"timed out after {spec.timeout_s:.1f} s waiting for {what} of {spec.target}")
+            if now < fast_until:
+                time.sleep(0.0002)
+            else:
+                done.wait(min(deadline - now, 0.005))
+        if future.exception() is not None:
+            raise ToolError(f"{spec.target} failed: {future.exception()}")
+        return future.result()
+
+    def _forget(self, handle) -> None:
+        with self._lock:
+            self._running.pop(id(handle), None)
+
+    # ---- barge-in and startup ------------------------------------------------------------------------------
+    def cancel_running(self) -> int:
+        """Ask every running goal of a barge-in-cancellable tool to stop; returns how many were asked."""
+        with self._lock:
+            handles = [h for tool, h in self._running.values() if tool.spec.cancel_on_barge_in]
+        for h in handles:
+            h.cancel_goal_async()
+        if handles:
+            self.log.info(f"barge-in: cancelling {len(handles)} running goal(s)")
+        return len(handles)
+
+    def running_goals(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def refresh_enums(self, timeout_s: float = 1.0) -> bool:
+        """Fill enum parameters (animation names) from their services; True when every one is filled."""
+        all_filled = True
+        for name, client in self._enum_clients.items():
+            tool = self.registry.tools[name]
+            if tool.enum_values is not None:
+                continue
+            src = tool.spec.enum_from
+            if not client.service_is_ready():
+                all_filled = False
+                continue
+            future = client.call_async(client.srv_type.Request())
+            done = threading.Event()
+            future.add_done_callback(lambda _f, d=done: d.set())
+            if not done.wait(timeout_s) or future.result() is None:
+                client.remove_pending_request(future)
+                all_filled = False
+                continue
+            resp = future.result()
+            names = list(getattr(resp, src.names_field))
+            descs = list(getattr(resp, src.descriptions_field)) if src.descriptions_field else []
+            tool.set_enum(names, descs)
+            self.log.info(f"tool {name}: {src.parameter} is one of {', '.join(names)}")
+        return all_filled

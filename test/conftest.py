@@ -1,0 +1,89 @@
+"""Shared fixtures for the ROS tests: an isolated ROS graph per test session, a context + background executor per
+test, and helpers that wait for conditions with a deadline instead of sleeping.
+
+Isolation: a random ROS_DOMAIN_ID for this session and localhost-only discovery, set in os.environ before any
+rclpy context exists, so subprocesses (which must inherit os.environ anyway: the ROS wheels re-exec Python with
+LD_LIBRARY_PATH) join the same private graph.
+"""
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+os.environ["ROS_DOMAIN_ID"] = os.environ.get("BOLT_TEST_DOMAIN_ID") or str(random.SystemRandom().randint(1, 200))
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 5.0, what: str = "condition", poll: float = 0.005):
+    """Poll cond() until it returns something truthy (returned) or fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what}")
+        time.sleep(poll)
+
+
+class RosHarness:
+    """One rclpy context (own domain participant) with a MultiThreadedExecutor spinning in a background thread."""
+
+    def __init__(self):
+        import rclpy
+        from rclpy.executors import MultiThreadedExecutor
+
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
+        self.executor = MultiThreadedExecutor(num_threads=8, context=self.context)
+        self.nodes: list = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while self.context.ok() and not self._stop.is_set():
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def add(self, *nodes):
+        """Spin these nodes; returns them (a single node unwrapped)."""
+        for n in nodes:
+            self.executor.add_node(n)
+            self.nodes.append(n)
+        return nodes[0] if len(nodes) == 1 else nodes
+
+    def node(self, name: str = "test_client"):
+        import rclpy
+
+        return self.add(rclpy.create_node(name, context=self.context))
+
+    def result(self, future, timeout: float = 5.0, what: str = "future"):
+        wait_for(future.done, timeout, what)
+        return future.result()
+
+    def close(self) -> None:
+        import rclpy
+
+        for n in self.nodes:
+            if hasattr(n, "close"):
+                n.close()
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self.executor.shutdown(timeout_sec=2.0)
+        for n in self.nodes:
+            n.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+
+@pytest.fixture
+def ros():
+    harness = RosHarness()
+    try:
+        yield harness
+    finally:
+        harness.close()

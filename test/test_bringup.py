@@ -1,0 +1,155 @@
+"""One graph description, two runners: the launch file (launch_ros) and `python -m bolt_ros.bringup` (one process)
+describe the same nodes with the same parameters; bringup runs the whole graph with the console and stops
+cleanly on one SIGINT."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bolt_ros.bringup import parse
+from bolt_ros.graph import describe_graph, launch_arguments, package_file, parse_arguments
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = {"backend": "scripted", "model_path": "/models/bolt-e4b.gguf", "use_caption_bridge": "false"}
+
+
+def _launch_module():
+    spec = importlib.util.spec_from_file_location("assistant_launch", ROOT / "launch" / "assistant.launch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # must work without launch / launch_ros installed
+    return mod
+
+
+def _fake_launch(monkeypatch, recorded: list):
+    """Minimal stand-ins for launch / launch_ros that record what the launch file builds."""
+    class Conf:
+        def __init__(self, name):
+            self.name = name
+
+        def perform(self, context):
+            return context.launch_configurations[self.name]
+
+    class Declare:
+        def __init__(self, name, default_value):
+            self.name, self.default = name, default_value
+
+    class Opaque:
+        def __init__(self, function):
+            self.function = function
+
+    class Node:
+        def __init__(self, **kw):
+            recorded.append(kw)
+
+    mods = {"launch": types.ModuleType("launch"), "launch.actions": types.ModuleType("launch.actions"),
+            "launch.substitutions": types.ModuleType("launch.substitutions"),
+            "launch_ros": types.ModuleType("launch_ros"), "launch_ros.actions": types.ModuleType("launch_ros.actions")}
+    mods["launch"].LaunchDescription = list
+    mods["launch.actions"].DeclareLaunchArgument, mods["launch.actions"].OpaqueFunction = Declare, Opaque
+    mods["launch.substitutions"].LaunchConfiguration = Conf
+    mods["launch_ros.actions"].Node = Node
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+def test_launch_file_and_bringup_describe_the_same_graph(monkeypatch):
+    mod = _launch_module()
+    recorded: list[dict] = []
+    _fake_launch(monkeypatch, recorded)
+    description = mod.generate_launch_description()
+    declared = {a.name: a.default for a in description[:-1]}
+    assert declared == launch_arguments()  # the launch file declares exactly the bringup's arguments
+    values = {**declared, **ARGS}
+    description[-1].function(types.SimpleNamespace(launch_configurations=values))
+    # what bringup would start for the same arguments (`name:=value` on its command line)
+    pairs, console = parse([f"{k}:={v}" for k, v in ARGS.items()])
+    procs = describe_graph(parse_arguments(pairs))
+    assert not console
+    assert [(r["executable"], r["parameters"]) for r in recorded] == [(p.executable, [p.parameters]) for p in procs]
+    assert [p.executable for p in procs] == ["assistant_node", "sim_robot"]
+    params = procs[0].parameters
+    assert params["backend.kind"] == "scripted" and params["backend.model_path"] == "/models/bolt-e4b.gguf"
+    assert procs[1].parameters == {"robot_config": str(package_file("config/robot.yaml"))}
+    for p in procs:  # every executable is a module with main() (what scripts/<executable> runs)
+        module = p.factory.partition(":")[0]
+        assert p.executable in module and callable(importlib.import_module(module).main)
+
+
+def test_graph_options_and_bad_arguments():
+    procs = describe_graph(parse_arguments({"use_sim_robot": "false", "use_caption_bridge": "false"}))
+    assert [p.executable for p in procs] == ["assistant_node"]
+    assert procs[0].parameters["backend.kind"] == "embedded"  # config/assistant.yaml's choice
+    assert [p.executable for p in describe_graph(parse_arguments({}))][-1] == "caption_bridge"
+    with pytest.raises(ValueError, match="use_sim_robot"):
+        parse_arguments({"use_sim_robot": "maybe"})
+    with pytest.raises(ValueError, match=r"backend\.kind"):
+        describe_graph(parse_arguments({"backend": "gpt"}))
+    with pytest.raises(SystemExit):
+        parse(["modelpath:=x"])
+
+
+def _script_config(tmp_path) -> Path:
+    data = yaml.safe_load(package_file("config/assistant.yaml").read_text())
+    data["assistant_node"]["ros__parameters"]["backend"]["script"] = yaml.safe_dump([
+        {"match": "wave", "reply": [{"text": "Hello there! "},
+                                    {"tool_call": {"name": "play_animation", "arguments": {"name": "happy"}}}],
+         "after_tool": [{"text": "That was a happy wiggle."}]}])
+    path = tmp_path / "assistant.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_bringup_console_runs_the_graph_and_stops_on_one_sigint(tmp_path):
+    cmd = [sys.executable, "-m", "bolt_ros.bringup", "--console", "--config", str(_script_config(tmp_path)),
+           "backend:=scripted", "use_caption_bridge:=false"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=os.environ.copy(), cwd=ROOT)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+
+    def wait_line(pred, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(pred(line) for line in list(lines)):
+                return
+            time.sleep(0.05)
+        proc.kill()
+        raise AssertionError("no such line in:\n" + "".join(lines))
+
+    try:
+        wait_line(lambda s: "nodes running" in s)
+        wait_line(lambda s: "name is one of" in s)  # the assistant learned the animations from the robot
+        proc.stdin.write("/see a person waving at you\nplease wave back\n")
+        proc.stdin.flush()
+        wait_line(lambda s: s.startswith("Bolt: That was a happy wiggle."))
+        out = "".join(lines)
+        assert "[camera] a person waving at you" in out and "Bolt: Hello there!" in out
+        assert '[tool] play_animation {"name": "happy"}' in out and "[tool] play_animation -> ok" in out
+        assert "[motion] head r/p/y" in out  # the robot moved while the console watched
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=5) == 0 and time.monotonic() - t0 < 3.0
+        wait_line(lambda s: "bringup: stopped" in s, timeout=2)
+        assert "Traceback" not in "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_bringup_reports_a_bad_config_without_a_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("assistant_node:\n  ros__parameters:\n    max_tool_rounds: many\n")
+    res = subprocess.run([sys.executable, "-m", "bolt_ros.bringup", "--config", str(bad)], capture_output=True,
+                         text=True, timeout=60, env=os.environ.copy(), cwd=ROOT)
+    assert res.returncode == 2 and "max_tool_rounds" in res.stderr and "Traceback" not in res.stderr

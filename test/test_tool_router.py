@@ -1,0 +1,82 @@
+"""The tool router against the simulated robot (real rclpy): valid calls become goals/requests; unknown tools,
+bad arguments, a missing server, a refused out-of-limits goal and a timeout become errors the model reads."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from conftest import wait_for
+from test_assistant_fixtures import start, tool_messages
+
+from bolt_ros.assistant.backend import ToolCallRequest
+
+
+def _call(assistant, name, arguments, cancel=None):
+    return assistant.router.call(ToolCallRequest("t1", name, arguments), cancel or threading.Event())
+
+
+def test_valid_action_and_service_calls(ros):
+    assistant, _, probe = start(ros, [])
+    out = _call(assistant, "move_head", {"yaw": -20, "pitch": 10, "duration": 0.3})
+    assert out.ok, out.error
+    reached = json.loads(out.content)["result"]["reached"]
+    assert abs(reached["head_yaw"] + 0.349) < 0.01 and abs(reached["head_pitch"] - 0.1745) < 0.01
+    assert abs(probe.head_yaw() + 0.349) < 0.02
+    out = _call(assistant, "list_animations", {})
+    assert out.ok and "look_around" in json.loads(out.content)["result"]["names"]
+    assert assistant.router.accept_latency_ms and assistant.router.running_goals() == 0
+
+
+def test_refusals_before_ros_unknown_tool_and_bad_arguments(ros):
+    assistant, _, _ = start(ros, [])
+    out = _call(assistant, "fly", {"height": 3})
+    assert not out.ok and out.error.startswith("unknown tool 'fly'; available tools: play_animation, move_head")
+    out = _call(assistant, "move_head", {"yaw": 200, "pitch": 0})
+    assert not out.ok and "yaw: Input should be less than or equal to 60" in out.error
+    out = _call(assistant, "play_animation", {"name": "moonwalk"})
+    assert not out.ok and "name: Input should be 'nod'" in out.error  # enum from the robot's ListAnimations
+    out = assistant.router.call(ToolCallRequest("t2", "", None, raw="<tool_call>{", error="unterminated"),
+                                threading.Event())
+    assert not out.ok and out.error == "could not parse the tool call: unterminated"
+    assert json.loads(out.for_model()) == {"error": out.error}
+
+
+def test_missing_server_times_out_with_a_clear_error(ros):
+    assistant, _, _ = start(ros, [])
+    t0 = time.perf_counter()
+    out = _call(assistant, "missing_server", {})
+    assert 0.2 <= time.perf_counter() - t0 < 1.0
+    assert not out.ok and out.error == ("action server 'no_such_action' is not available (waited 0.2 s); "
+                                        "is the robot running?")
+
+
+def test_out_of_limits_goal_is_refused_by_the_robot_and_never_executed(ros):
+    assistant, _, probe = start(ros, [])
+    n0 = len(probe.joints)
+    out = _call(assistant, "raw_yaw", {"yaw": 3.0})  # the robot's head_yaw limit is 1.2 rad
+    assert not out.ok and out.error.startswith("goto_pose goal aborted")
+    wait_for(lambda: len(probe.joints) > n0 + 10, what="more joint states")
+    assert all(abs(m.position[list(m.name).index("head_yaw")]) < 1e-9 for _, m in probe.joints[n0:])
+
+
+def test_result_timeout_cancels_the_goal(ros):
+    assistant, _, _ = start(ros, [])
+    out = _call(assistant, "hasty_animation", {"name": "look_around"})
+    assert not out.ok and out.error == "timed out after 0.3 s waiting for the result of play_animation"
+    wait_for(lambda: assistant.router.running_goals() == 0, what="the timed-out goal to end")
+
+
+def test_errors_reach_the_model_and_the_node_keeps_going(ros):
+    script = [{"match": "dance", "reply": [
+        {"tool_call": {"name": "teleport", "arguments": {}}},
+        {"tool_call": {"name": "move_head", "arguments": {"yaw": "far left", "pitch": 0}}},
+        {"tool_call": {"name": "missing_server", "arguments": {}}}],
+        "after_tool": [{"text": "Sorry, I could not do that."}]}]
+    _, backend, probe = start(ros, script)
+    probe.say("dance for me")
+    wait_for(lambda: probe.spoken() == ["Sorry, I could not do that."], timeout=10, what="apology")
+    errors = [json.loads(m["content"])["error"] for m in tool_messages(backend)]
+    assert errors[0].startswith("unknown tool 'teleport'")
+    assert "yaw: Input should be a valid number" in errors[1]
+    assert "not available" in errors[2]
