@@ -3,6 +3,7 @@ correctness check against its torch reference on the same GPU, a small tile swee
 
     python bench/gpu_check.py [--budget-s 330] [--json-out F] [--skip-sweep] [--skip-e2e] [--model M.gguf]
     python bench/gpu_check.py --device cpu     # tiny shapes under TRITON_INTERPRET=1: every code path, no timing value
+    python bench/gpu_check.py --compile-only   # no GPU: compile every kernel for sm_90, report registers / spills
 
 Prints ONE table. Exit status: 0 every check passed, 1 a correctness check failed, 2 no CUDA device.
 Sections past the time budget are reported as skipped rather than run.
@@ -45,7 +46,7 @@ class Shapes:
 E4B = Shapes(hidden=2560, ffn=10240, vocab=262144, ms=(1, 2, 4, 8, 16), prefill_m=512, ctx=4096, n_q=8, n_kv=2,
              d_swa=256, d_full=512, window=512, block=16, copy_bytes=1 << 30)
 # the dry run: every code path once (GEMV, small-M, GEMM; each quant type; each attention form), interpreter-sized
-TINY = Shapes(hidden=256, ffn=256, vocab=512, ms=(1, 8), prefill_m=20, ctx=48, n_q=4, n_kv=2,
+TINY = Shapes(hidden=256, ffn=256, vocab=64, ms=(1, 8), prefill_m=20, ctx=48, n_q=4, n_kv=2,
               d_swa=32, d_full=64, window=16, block=4, copy_bytes=8 << 20)
 
 
@@ -88,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-e2e", action="store_true")
     p.add_argument("--model", type=Path, help="e4b GGUF for the end-to-end decode (default: write a random one)")
     p.add_argument("--draft", type=Path, help="DFlash drafter GGUF (default: write a random one)")
+    p.add_argument("--compile-only", type=int, metavar="SM", nargs="?", const=90,
+                   help="no GPU needed: compile every kernel for sm_SM (default 90 = H100/H200), report regs/spills")
+    p.add_argument("--only", help="with --compile-only: comma-separated labels to compile (default: all)")
     args = p.parse_args(argv)
     if args.dry_run:
         args.device = "cpu"
@@ -273,9 +277,10 @@ def section_sweep(ctx: Ctx) -> None:
     gemv = [{"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw} for bn in (4, 8, 16, 32) for bk in (256, 512)
             for nw in (4,)] + [{"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 8}]
     small = [{"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4} for bn in (16, 32, 64) for bk in (128, 256)]
+    matrices = ((s.ffn, s.hidden), (s.hidden, s.ffn))
     if ctx.device == "cpu":
-        gemv, small = gemv[:2], small[:2]
-    for n, k in ((s.ffn, s.hidden), (s.hidden, s.ffn)):
+        gemv, small, matrices = gemv[:2], small[:2], matrices[:1]
+    for n, k in matrices:
         raw = qr.random_blocks(qr.Q4_K, n, k, device=ctx.device, scale=0.002)
         ref_w = qr.dequantize_torch(raw, qr.Q4_K, n, k)
         for m, configs in ((1, gemv), (8, small)):
@@ -395,6 +400,94 @@ def section_e2e(ctx: Ctx, args: argparse.Namespace) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# ------------------------------------------------------------------------------------------------------ compile only
+
+def _compile_specs(dt: str) -> list[tuple[str, object, dict, dict, int]]:
+    """(label, kernel, runtime arg types, constexprs, num_warps) for every kernel variant the GPU run launches."""
+    from bolt_ros.kernels import activation, attention, logits, norm, qmatmul, rope
+    from bolt_ros.kernels import quant_ref as qr
+
+    i32 = "i32"
+    specs = []
+    mm_args = {"x_ptr": f"*{dt}", "w_ptr": "*u8", "w16_ptr": "*fp16", "out_ptr": f"*{dt}", "N": i32, "K": i32,
+               "row_bytes": i32, "stride_xm": i32, "stride_om": i32}
+    for ty in qmatmul.SUPPORTED_TYPES:
+        _, bb, sub = qr.BLOCKS[ty]
+        for m in (1, 8, 64):
+            cfg = qmatmul.default_config(m, 4096, 4096, ty)
+            consts = {"TYPE": ty, "BB": bb, "SUB": sub, "BLOCK_N": cfg["BLOCK_N"], "G": cfg["BLOCK_K"] // sub}
+            if m == 1:
+                specs.append((f"qgemv {qr.TYPE_NAMES[ty]}", qmatmul._qgemv_kernel, mm_args, consts, cfg["num_warps"]))
+            else:
+                consts["BLOCK_M"] = cfg["BLOCK_M"]
+                specs.append((f"qmm {qr.TYPE_NAMES[ty]} BM={cfg['BLOCK_M']}", qmatmul._qmm_kernel,
+                              {**mm_args, "M": i32}, consts, cfg["num_warps"]))
+    for d in (256, 512):
+        bm, bn, warps = attention._fwd_config(d)
+        fwd = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "o_ptr": f"*{dt}", "T": i32, "start": i32,
+               "window": i32, "qk_scale": "fp32", **{n: i32 for n in ("sq_t", "sq_h", "sk_h", "sk_s", "sv_h", "sv_s",
+                                                                        "so_t", "so_h")}}
+        for causal in (True, False):
+            specs.append((f"attn {'prefill' if causal else 'dflash-block'} d={d}", attention._attn_fwd_kernel, fwd,
+                          {"GROUP": 4, "D": d, "BLOCK_D": d, "CAUSAL": causal, "BLOCK_M": bm, "BLOCK_N": bn}, warps))
+        part = {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "m_ptr": "*fp32", "l_ptr": "*fp32",
+                "acc_ptr": "*fp32", "lo": i32, "n_kv": i32, "split_len": i32, "qk_scale": "fp32", "sq_h": i32,
+                "sk_h": i32, "sk_s": i32, "sv_h": i32, "sv_s": i32, "n_splits": i32}
+        specs.append((f"attn decode d={d}", attention._decode_partial_kernel, part,
+                      {"GROUP": 4, "BLOCK_G": 16, "D": d, "BLOCK_D": d, "BLOCK_S": 32}, 4 if d <= 256 else 8))
+        specs.append((f"attn decode merge d={d}", attention._decode_merge_kernel,
+                      {"m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": f"*{dt}", "so_h": i32,
+                       "n_splits": i32}, {"D": d, "BLOCK_DC": 128, "BLOCK_SPLITS": 64}, 4))
+        specs.append((f"rope d={d}", rope._rope_kernel,
+                      {"x_ptr": f"*{dt}", "pos_ptr": "*i64", "f_ptr": "*fp32", "o_ptr": f"*{dt}", "sx_t": i32,
+                       "sx_h": i32, "so_t": i32, "so_h": i32, "P": i32, "half": i32}, {"D": d, "BLOCK_D": d}, 4))
+    for mode in (0, 1, 2):
+        specs.append((f"rms_norm mode={mode}", norm._rms_norm_kernel,
+                      {"x_ptr": f"*{dt}", "r_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "s_ptr": f"*{dt}",
+                       "D": i32, "eps": "fp32"}, {"MODE": mode, "HAS_WEIGHT": True, "BLOCK_D": 4096}, 8))
+    specs.append(("gelu_tanh_mul", activation._gelu_tanh_mul_kernel,
+                  {"g_ptr": f"*{dt}", "u_ptr": f"*{dt}", "o_ptr": f"*{dt}", "n": i32}, {"BLOCK": 1024}, 4))
+    specs.append(("softcap_argmax", logits._softcap_argmax_kernel,
+                  {"x_ptr": f"*{dt}", "o_ptr": f"*{dt}", "pv_ptr": "*fp32", "pi_ptr": "*i32", "V": i32,
+                   "n_chunks": i32, "cap": "fp32", "inv_cap": "fp32"},
+                  {"HAS_CAP": True, "CHUNK": logits._CHUNK, "BLOCK": 1024}, 4))
+    return specs
+
+
+def section_compile(ctx: Ctx, arch: int, only: str | None = None) -> None:
+    """Compile every kernel variant to a cubin for sm_`arch` (no GPU needed) and report registers and spills."""
+    triton = ctx.triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    wanted = set(only.split(",")) if only else None
+    for label, fn, args, consts, warps in _compile_specs("bf16"):
+        if wanted is not None and label not in wanted:
+            continue
+        sig = {name: ("constexpr" if name in consts else args[name]) for name in fn.arg_names}
+        t0 = time.perf_counter()
+        try:
+            kernel = triton.compile(ASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", arch, 32),
+                                    options={"num_warps": warps})
+        except Exception as exc:  # a kernel that does not compile is exactly what this mode is for
+            ctx.rows.append(Row(f"compile {label}", f"sm_{arch}", check=f"FAIL {type(exc).__name__}"[:60],
+                                note=str(exc).splitlines()[0][:100] if str(exc) else ""))
+            continue
+        usage = ""
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(kernel.asm["cubin"])
+            f.flush()
+            if cuobjdump.exists():
+                out = subprocess.run([str(cuobjdump), "-res-usage", f.name], capture_output=True, text=True).stdout
+                found = re.search(r"REG:(\d+).*?LOCAL:(\d+)", out)
+                usage = f"regs={found.group(1)} local={found.group(2)}" if found else ""
+        spills = usage.endswith("local=0") or not usage
+        ctx.rows.append(Row(f"compile {label}", f"sm_{arch}", "", (time.perf_counter() - t0) * 1e6,
+                            check="ok" if spills else "ok (spills)",
+                            note=f"{usage} warps={warps} smem={kernel.metadata.shared}"))
+
+
 # ------------------------------------------------------------------------------------------------------ report
 
 def targets(ctx: Ctx) -> None:
@@ -443,6 +536,14 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     import torch
 
+    if args.compile_only:
+        import triton
+
+        sys.path.insert(0, str(ROOT))
+        ctx = Ctx(torch, triton, "cpu", torch.bfloat16, E4B, started + args.budget_s)
+        section_compile(ctx, args.compile_only, args.only)
+        print_table(ctx, f"gpu_check --compile-only: sm_{args.compile_only}, triton {triton.__version__}")
+        return 1 if any(r.check.startswith("FAIL") for r in ctx.rows) else 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print(f"gpu_check: no CUDA device: torch {torch.__version__} (CUDA build: {torch.version.cuda}) sees no GPU "
               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); "

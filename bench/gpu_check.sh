@@ -20,12 +20,18 @@ VENV=${BOLT_GPU_VENV:-/tmp/bolt_gpu_venv}
 
 # module:pip-name; the first four are required, the rest only serve the optional end-to-end decode
 DEPS="torch:torch triton:triton numpy:numpy gguf:gguf pydantic:pydantic yaml:PyYAML jinja2:Jinja2 tqdm:tqdm"
-missing() {
-    local out="" dep
-    for dep in $DEPS; do
-        "$PY" -c "import ${dep%%:*}" >/dev/null 2>&1 || out="$out ${dep#*:}"
-    done
-    echo "$out"
+missing() {  # one interpreter start (importing torch is slow): prints the pip names of what fails to import
+    "$PY" - "$DEPS" <<'PYEOF' 2>/dev/null || echo "$DEPS" | tr ' ' '\n' | sed 's/.*://' | tr '\n' ' '
+import importlib, sys
+out = []
+for dep in sys.argv[1].split():
+    mod, pip = dep.split(":")
+    try:
+        importlib.import_module(mod)
+    except Exception:
+        out.append(pip)
+print(" ".join(out))
+PYEOF
 }
 
 MISSING=$(missing)

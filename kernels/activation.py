@@ -5,8 +5,6 @@ import torch
 
 from ._triton import tl, triton
 
-_SQRT_2_OVER_PI = 0.7978845608028654
-
 
 def gelu_tanh_mul_torch(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     g = gate.float()
@@ -27,7 +25,7 @@ def _gelu_tanh_mul_kernel(g_ptr, u_ptr, o_ptr, n, BLOCK: tl.constexpr):
     mask = offs < n
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    y = 0.5 * g * (1.0 + _tanh(_SQRT_2_OVER_PI * (g + 0.044715 * g * g * g))) * u
+    y = 0.5 * g * (1.0 + _tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u  # 0.797... = sqrt(2 / pi)
     tl.store(o_ptr + offs, y.to(o_ptr.dtype.element_ty), mask=mask)
 
 

@@ -198,15 +198,16 @@ def _decode_partial_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, lo, n_kv,
 
 @triton.jit
 def _decode_merge_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, so_h, n_splits,
-                         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SPLITS: tl.constexpr):
+                         D: tl.constexpr, BLOCK_DC: tl.constexpr, BLOCK_SPLITS: tl.constexpr):
+    # one program per (query head, chunk of BLOCK_DC dims): keeps the [splits, dims] tile small for 512-wide heads
     h = tl.program_id(0)
     offs_s = tl.arange(0, BLOCK_SPLITS)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = tl.program_id(1) * BLOCK_DC + tl.arange(0, BLOCK_DC)
     smask = offs_s < n_splits
     m = tl.load(m_ptr + h * n_splits + offs_s, mask=smask, other=-1.0e30)
     l_s = tl.load(l_ptr + h * n_splits + offs_s, mask=smask, other=0.0)
     acc = tl.load(acc_ptr + (h * n_splits + offs_s)[:, None] * D + offs_d[None, :],
-                  mask=smask[:, None] & (offs_d < D)[None, :], other=0.0)  # [SPLITS, BD]
+                  mask=smask[:, None] & (offs_d < D)[None, :], other=0.0)  # [SPLITS, BDC]
     w = tl.exp2(m - tl.max(m, axis=0))  # empty splits carry m = -1e30 and l = 0: weight 0
     out = tl.sum(acc * w[:, None], axis=0) / tl.sum(l_s * w, axis=0)
     tl.store(o_ptr + h * so_h + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < D)
@@ -237,8 +238,10 @@ def attention_decode_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n
                                           GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), D=d,
                                           BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4 if d <= 256 else 8)
     out = torch.empty_like(q)
-    _decode_merge_kernel[(hq,)](m, l_s, acc, out, out.stride(0), splits, D=d, BLOCK_D=block_d,
-                                BLOCK_SPLITS=max(2, triton.next_power_of_2(splits)))
+    block_dc = min(block_d, 128)
+    _decode_merge_kernel[(hq, triton.cdiv(d, block_dc))](m, l_s, acc, out, out.stride(0), splits, D=d,
+                                                         BLOCK_DC=block_dc,
+                                                         BLOCK_SPLITS=max(2, triton.next_power_of_2(splits)))
     return out
 
 

@@ -43,42 +43,44 @@ def _kquant_scale_min(w_ptr, sc_off, j, mask):
 
 @triton.jit
 def _dequant_tile(w_ptr, w16_ptr, rows, row_bytes, n_rows, sub0, n_sub,
-                  TYPE: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr, SUB: tl.constexpr):
-    """Weights of rows `rows` [BLOCK_N], scale groups sub0..sub0+G-1 -> fp32 [BLOCK_N, G, SUB] (0 outside)."""
+                  TYPE: tl.constexpr, BB: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr, SUB: tl.constexpr):
+    """Weights of rows `rows` [BLOCK_N], scale groups sub0..sub0+G-1 -> fp32 [BLOCK_N, G, SUB] (0 outside).
+
+    TYPE is the ggml type and BB its block bytes; the branches are resolved at compile time (Triton allows at most
+    two operands per `and`/`or`, hence the `<` tests on the type ids 2, 3, 6, 7 < 8 = Q8_0 < 12, 13 < 14 = Q6_K).
+    """
     r = rows[:, None, None].to(tl.int64) * row_bytes  # [BN, 1, 1] byte offset of each row
     s = sub0 + tl.arange(0, G)[None, :, None]  # [1, G, 1] scale-group index within the row
     lane = tl.arange(0, SUB)[None, None, :]  # [1, 1, SUB]
     gm = (rows < n_rows)[:, None, None] & (s < n_sub)  # [BN, G, 1]
     m = gm & (lane < SUB)  # [BN, G, SUB]
     if TYPE == 8:  # Q8_0: d, int8[32]
-        base = r + s * 34
+        base = r + s * BB
         q = tl.load(w_ptr + base + 2 + lane, mask=m, other=0).to(tl.int8, bitcast=True).to(tl.float32)
         w = _f16_at(w16_ptr, base, gm) * q
-    elif TYPE == 2 or TYPE == 3 or TYPE == 6 or TYPE == 7:  # Q4_0 / Q4_1 / Q5_0 / Q5_1: 32-element blocks
-        nbytes: tl.constexpr = 18 if TYPE == 2 else (20 if TYPE == 3 else (22 if TYPE == 6 else 24))
-        base = r + s * nbytes
-        q = (_byte_at(w_ptr, base + nbytes - 16 + (lane % 16), m) >> ((lane // 16) * 4)) & 15
-        if TYPE == 6 or TYPE == 7:  # fifth bit: bit `lane` of the little-endian u32 qh before qs
-            qh_off: tl.constexpr = 2 if TYPE == 6 else 4
-            q = q | (((_byte_at(w_ptr, base + qh_off + lane // 8, m) >> (lane % 8)) & 1) << 4)
+    elif TYPE < 8:  # Q4_0 / Q4_1 / Q5_0 / Q5_1: d, (m), (qh u32), qs[16]; 32-element blocks
+        base = r + s * BB
+        q = (_byte_at(w_ptr, base + BB - 16 + (lane % 16), m) >> ((lane // 16) * 4)) & 15
+        if TYPE > 5:  # Q5_0 / Q5_1: fifth bit = bit `lane` of the little-endian u32 qh just before qs
+            q = q | (((_byte_at(w_ptr, base + BB - 20 + lane // 8, m) >> (lane % 8)) & 1) << 4)
         d = _f16_at(w16_ptr, base, gm)
-        if TYPE == 3 or TYPE == 7:
+        if TYPE == 3 or TYPE == 7:  # with a min: w = d * q + m
             w = d * q.to(tl.float32) + _f16_at(w16_ptr, base + 2, gm)
+        elif TYPE == 2:
+            w = d * (q - 8).to(tl.float32)
         else:
-            w = d * (q - (8 if TYPE == 2 else 16)).to(tl.float32)
-    elif TYPE == 12 or TYPE == 13:  # Q4_K / Q5_K: d, dmin, scales[12], (qh[32]), qs[128]; 8 groups of 32
-        nbytes: tl.constexpr = 144 if TYPE == 12 else 176
+            w = d * (q - 16).to(tl.float32)
+    elif TYPE < 14:  # Q4_K / Q5_K: d, dmin, scales[12], (qh[32]), qs[128]; 8 groups of 32
         j = s % 8
-        base = r + (s // 8) * nbytes
+        base = r + (s // 8) * BB
         scale, mn = _kquant_scale_min(w_ptr, base + 4, j, gm)
-        qs_off: tl.constexpr = 16 if TYPE == 12 else 48
-        q = (_byte_at(w_ptr, base + qs_off + (j // 2) * 32 + lane, m) >> ((j % 2) * 4)) & 15
+        q = (_byte_at(w_ptr, base + BB - 128 + (j // 2) * 32 + lane, m) >> ((j % 2) * 4)) & 15
         if TYPE == 13:
             q = q | (((_byte_at(w_ptr, base + 16 + lane, m) >> j) & 1) << 4)
         w = (_f16_at(w16_ptr, base, gm) * scale) * q.to(tl.float32) - _f16_at(w16_ptr, base + 2, gm) * mn
     else:  # Q6_K: ql[128], qh[64], int8 scales[16], d; 16 groups of 16
         t = s % 16
-        base = r + (s // 16) * 210
+        base = r + (s // 16) * BB
         half = t // 8
         quarter = (t // 2) % 4
         col = (t % 2) * 16 + lane  # position inside the 32-wide ql/qh rows
@@ -91,14 +93,15 @@ def _dequant_tile(w_ptr, w16_ptr, rows, row_bytes, n_rows, sub0, n_sub,
 
 @triton.jit
 def _qgemv_kernel(x_ptr, w_ptr, w16_ptr, out_ptr, N, K, row_bytes, stride_xm, stride_om,
-                  TYPE: tl.constexpr, SUB: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr):
+                  TYPE: tl.constexpr, BB: tl.constexpr, SUB: tl.constexpr, BLOCK_N: tl.constexpr,
+                  G: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_sub = K // SUB
     acc = tl.zeros([BLOCK_N, G, SUB], dtype=tl.float32)
     for sub0 in range(0, n_sub, G):
-        w = _dequant_tile(w_ptr, w16_ptr, rows, row_bytes, N, sub0, n_sub, TYPE, BLOCK_N, G, SUB)
+        w = _dequant_tile(w_ptr, w16_ptr, rows, row_bytes, N, sub0, n_sub, TYPE, BB, BLOCK_N, G, SUB)
         kk = (sub0 + tl.arange(0, G))[:, None] * SUB + tl.arange(0, SUB)[None, :]  # [G, SUB]
         x = tl.load(x_ptr + pid_m * stride_xm + kk, mask=kk < K, other=0.0).to(tl.float32)
         acc += w * x[None, :, :]
@@ -108,8 +111,8 @@ def _qgemv_kernel(x_ptr, w_ptr, w16_ptr, out_ptr, N, K, row_bytes, stride_xm, st
 
 @triton.jit
 def _qmm_kernel(x_ptr, w_ptr, w16_ptr, out_ptr, M, N, K, row_bytes, stride_xm, stride_om,
-                TYPE: tl.constexpr, SUB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                G: tl.constexpr):
+                TYPE: tl.constexpr, BB: tl.constexpr, SUB: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, G: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -117,7 +120,7 @@ def _qmm_kernel(x_ptr, w_ptr, w16_ptr, out_ptr, M, N, K, row_bytes, stride_xm, s
     n_sub = K // SUB
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for sub0 in range(0, n_sub, G):
-        w = _dequant_tile(w_ptr, w16_ptr, rows, row_bytes, N, sub0, n_sub, TYPE, BLOCK_N, G, SUB)
+        w = _dequant_tile(w_ptr, w16_ptr, rows, row_bytes, N, sub0, n_sub, TYPE, BB, BLOCK_N, G, SUB)
         w = tl.reshape(w, [BLOCK_N, G * SUB])  # [BN, BK]
         kk = sub0 * SUB + tl.arange(0, G * SUB)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :],
@@ -149,11 +152,11 @@ def qmatmul_triton(x: torch.Tensor, raw_blocks: torch.Tensor, ggml_type: int, n:
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out.reshape(*x.shape[:-1], n)
-    sub = BLOCKS[ggml_type][2]
+    _, block_bytes, sub = BLOCKS[ggml_type]
     cfg = {**default_config(m, n, k, ggml_type), **(config or {})}
     g = cfg["BLOCK_K"] // sub
     w16 = raw.view(torch.float16)  # every block size is even, so fp16 fields are 2-aligned
-    common = dict(TYPE=ggml_type, SUB=sub, BLOCK_N=cfg["BLOCK_N"], G=g, num_warps=cfg["num_warps"])
+    common = dict(TYPE=ggml_type, BB=block_bytes, SUB=sub, BLOCK_N=cfg["BLOCK_N"], G=g, num_warps=cfg["num_warps"])
     if m == 1 and "BLOCK_M" not in (config or {}):
         grid = (triton.cdiv(n, cfg["BLOCK_N"]), 1)
         _qgemv_kernel[grid](x2, raw, w16, out, n, k, raw.shape[1], x2.stride(0), out.stride(0), **common)

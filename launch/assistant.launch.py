@@ -16,11 +16,12 @@ def processes(arguments: dict[str, str]) -> list[dict]:
 
 
 def generate_launch_description():
+    # isort: off  (ruff files `launch` as first- or third-party depending on the cwd: launch/ is also our folder)
+    from launch import LaunchDescription
     from launch.actions import DeclareLaunchArgument, OpaqueFunction
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
-
-    from launch import LaunchDescription
+    # isort: on
 
     def nodes(context):
         values = {name: LaunchConfiguration(name).perform(context) for name in launch_arguments()}

@@ -52,7 +52,7 @@ def test_caption_and_utterance_lead_to_motion_and_a_spoken_reply(ros):
 def test_converse_action_streams_feedback_and_returns_calls_results_and_stats(ros):
     script = [{"match": "happy", "reply": [{"tool_call": {"name": "play_animation", "arguments": {"name": "nod"}}}],
                "after_tool": [{"text": "Yes!"}]}]
-    _, backend, probe = start(ros, script)
+    _, backend, _ = start(ros, script)
     # rclpy's ActionClient loses feedback messages when several executor threads poll it at once (its ready
     # flags are shared state); a client on its own single-threaded executor sees every one, in order
     cnode = rclpy.create_node("converse_client", context=ros.context)

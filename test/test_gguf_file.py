@@ -326,3 +326,17 @@ def test_real_gemma3_matches_gguf_reader(real_pair):
     assert emb.ggml_type == QT.Q8_0 and torch_shape(emb) == (262144, 640)
     np.testing.assert_array_equal(gf.raw("blk.0.attn_norm.weight"), reader.get_tensor(
         [t.name for t in reader.tensors].index("blk.0.attn_norm.weight")).data.view(np.uint8))
+
+
+def test_deeply_nested_arrays(tmp_path):
+    # each level costs 12 bytes, so a small file can nest thousands deep: that must be a GGUFError, not RecursionError
+    depth = 5000
+    body = struct.pack("<IQ", 9, 1) * (depth - 1) + struct.pack("<IQ", 4, 0)
+    expect_error(write(tmp_path, build([kv("x.nested", 9, body)], [])), "x.nested")
+
+
+@pytest.mark.parametrize("payload", [kv_str("general.alignment", "abc"),
+                                     kv_arr("general.alignment", 4, 2, struct.pack("<II", 32, 32)),
+                                     kv("general.alignment", 6, struct.pack("<f", 32.5))])
+def test_alignment_of_wrong_type(tmp_path, payload):
+    expect_error(write(tmp_path, build([payload], [])), "general.alignment")

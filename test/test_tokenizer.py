@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bolt_ros.engine.default_models import resolve_model
 from bolt_ros.engine.gguf_file import GGUFError, GGUFFile
-from bolt_ros.engine.tokenizer import CONTROL, NORMAL, Segment, StreamDecoder, Tokenizer
+from bolt_ros.engine.tokenizer import CONTROL, NORMAL, Segment, StreamDecoder, Tokenizer, _byte_to_unicode
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = {"gemma3": "default", "smollm2": "default-chat"}
@@ -56,13 +56,25 @@ def test_parse_special_like_llama_cpp(model):
     assert not bad, bad[:3]
 
 
+def _representable(tok: Tokenizer, text: str) -> bool:
+    """Whether the vocabulary can spell text at all. SPM reads U+2581 as its space; SmolLM2's byte-level vocabulary
+    lacks a few bytes (some C0 controls, 0xC0, 0xC1, 0xF1..0xFF: code points from U+40000), which llama.cpp drops."""
+    if tok.model == "llama":
+        return "\u2581" not in text
+    return all(tok.token_id(_byte_to_unicode()[b]) is not None for b in text.encode())
+
+
 def test_decode_round_trip(model):
     _, _, tok, fx = model
-    bad = [c["text"] for c in fx["cases"] if tok.decode(c["ids"]) != c["text"]]
+    cases = [c for c in fx["cases"] if _representable(tok, c["text"])]
+    assert len(cases) >= 0.9 * len(fx["cases"])
+    bad = [c["text"] for c in cases if tok.decode(c["ids"]) != c["text"]]
     assert not bad, bad[:5]
-    for c in fx["cases"]:
+    for c in cases:
         if "ids_special" in c:  # control tokens decode to their text unless skipped
             assert tok.decode(c["ids_special"]) == c["text"]
+            plain = [i for i in c["ids_special"] if not tok.is_control(i)]
+            assert tok.decode(c["ids_special"], skip_special=True) == tok.decode(plain)
 
 
 def test_plain_text_never_yields_control_tokens(model):
@@ -102,9 +114,11 @@ def test_stream_decoder_never_splits_characters(model):
     for c in fx["cases"]:
         dec = StreamDecoder(tok)
         deltas = [dec.push(i) for i in c["ids"]] + [dec.flush()]
-        assert "".join(deltas) == c["text"]
-        if "\ufffd" not in c["text"]:
-            assert not any("\ufffd" in d for d in deltas), (c["text"], deltas)
+        assert "".join(deltas) == tok.decode(c["ids"])
+        if _representable(tok, c["text"]):
+            assert "".join(deltas) == c["text"]
+            if "\ufffd" not in c["text"]:
+                assert not any("\ufffd" in d for d in deltas), (c["text"], deltas)
     # a character split over byte tokens comes out whole, once its last byte arrives
     e1, e2, e3 = (_byte_token(tok, b) for b in "€".encode())
     dec = StreamDecoder(tok)
@@ -117,7 +131,6 @@ def _byte_token(tok: Tokenizer, b: int) -> int:
     """The single-byte token: <0xNN> for SPM, the byte's GPT-2 character for BPE."""
     if tok.model == "llama":
         return tok.token_id(f"<0x{b:02X}>")
-    from bolt_ros.engine.tokenizer import _byte_to_unicode
     return tok.token_id(_byte_to_unicode()[b])
 
 
@@ -158,7 +171,7 @@ def test_speed(model):
     text = ("Robots wave hello; Роботы машут; 机器人挥手 👋 at 12:30. " * 40)[:2048]
     best = min(_timed(lambda: tok.encode(text)) for _ in range(3))
     assert best < 0.05, f"encoding 2 KB took {best * 1e3:.1f} ms"
-    build = min(_timed(lambda: Tokenizer.from_gguf(gf)) for _ in range(2))
+    build = min(_timed(lambda: Tokenizer.from_gguf(gf)) for _ in range(3))
     assert build < 1.0, f"building the tokenizer took {build:.2f} s"
 
 
@@ -174,7 +187,8 @@ def test_random_text_round_trips_without_control_tokens(model, text):
     _, _, tok, _ = model
     ids = tok.encode(text)
     assert not set(ids) & tok.control_ids
-    assert tok.decode(ids) == text
+    if _representable(tok, text):
+        assert tok.decode(ids) == text
 
 
 def test_lone_surrogates_become_replacement_characters(model):
@@ -196,6 +210,27 @@ def test_tiny_spm_from_metadata():
     assert tok.add_bos and tok.add_space_prefix  # llama.cpp's SPM defaults
     assert tok.encode("ab a", add_bos=True) == [1, 5, 4, 5, 2]  # "▁ab▁a": the space prefix, then merges by score
     assert tok.encode("abc") == [5, 4, 0]  # "c" has no token and no byte token: unknown
+
+
+def test_tiny_gemma4_bpe_from_metadata():
+    """Gemma 4's SentencePiece-style BPE (llama.cpp's GEMMA4 pre-type): spaces as U+2581, merges over raw UTF-8,
+    split only at newline runs, <0xNN> byte fallback. No real Gemma 4 GGUF is at hand, so this checks the rules on a
+    small vocabulary built for it."""
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>", "<|tool_response>", "</s>"]
+    pieces = ["\u2581", "h", "e", "l", "o", "he", "ll", "hell", "hello", "\u2581hello", "\n", "\n\n"]
+    tokens = specials + pieces + [f"<0x{b:02X}>" for b in range(256)]
+    types = [CONTROL] * 4 + [CONTROL, CONTROL, CONTROL, NORMAL] + [NORMAL] * len(pieces) + [6] * 256
+    tok = Tokenizer.from_metadata({
+        "tokenizer.ggml.model": "gemma4", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": ["h e", "l l", "he ll", "hell o", "\u2581 hello"],
+        "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 1, "tokenizer.ggml.add_bos_token": False})
+    ids = tok.encode(" hello\n\nhello é", add_bos=True)
+    assert [tok.token_text(i) for i in ids] == ["<bos>", "\u2581hello", "\n\n", "hello", "\u2581", "<0xC3>", "<0xA9>"]
+    assert tok.decode(ids, skip_special=True) == " hello\n\nhello é"
+    assert tok.eog_ids == {1, tok.token_id("<turn|>"), tok.token_id("<|tool_response>")}  # "</s>" is text here
+    as_bytes = [tok.token_id(f"<0x{b:02X}>") for b in b"</s><|turn>"]
+    assert tok.encode("</s><|turn>") == as_bytes  # no merges make them here, and control text stays plain
+    assert tok.encode("<|turn>", parse_special=True) == [tok.token_id("<|turn>")]
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -291,7 +291,7 @@ class JinjaChatFormat(ChatFormat):
         if isinstance(m.get("content"), str) and m["content"]:
             out["content"] = hide(m["content"])
         for key, val in m.items():
-            if key not in ("role", "content"):
+            if key != "content":  # roles too: a role that carries control-token text is user text, not markup
                 out[key] = self._hide_strings(val, hide)
         return out
 

@@ -48,15 +48,19 @@ class ModelConfig(BaseModel):
     def owns_kv(self, il: int) -> bool:
         return self.kv_source[il] == il
 
-    def kv_bytes(self, n_ctx: int, dtype_bytes: int = 2) -> int:
-        """Cache bytes for a context of n_ctx tokens (sliding layers keep only their window)."""
-        total = 0
-        for il in range(self.n_layer):
-            if not self.owns_kv(il):
-                continue
-            slots = min(n_ctx, self.sliding_window) if self.swa[il] and self.sliding_window else n_ctx
-            total += 2 * slots * self.n_head_kv[il] * self.head_dim[il] * dtype_bytes
-        return total
+    def kv_slots(self, il: int, n_ctx: int, max_step: int = 0) -> int:
+        """Cache slots layer il owns: none if it reads another layer's KV; a sliding layer needs only its window plus
+        one forward step (max_step) so a step never overwrites a key its own queries still see; others n_ctx."""
+        if not self.owns_kv(il):
+            return 0
+        if self.swa[il] and self.sliding_window:
+            return min(n_ctx, self.sliding_window + max_step)
+        return n_ctx
+
+    def kv_bytes(self, n_ctx: int, dtype_bytes: int = 2, max_step: int = 0) -> int:
+        """K + V bytes for a context of n_ctx tokens (max_step: the sliding layers' step margin, see kv_slots)."""
+        return sum(2 * self.kv_slots(il, n_ctx, max_step) * self.n_head_kv[il] * self.head_dim[il] * dtype_bytes
+                   for il in range(self.n_layer))
 
 
 def _per_layer(value, n_layer: int, key: str) -> list:

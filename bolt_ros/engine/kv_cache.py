@@ -58,10 +58,8 @@ class KVCache:
             if not cfg.owns_kv(il):
                 self.layers.append(None)
                 continue
-            window = cfg.sliding_window if cfg.swa[il] else None
-            ring = window is not None and window + max_step < n_ctx
-            n_slots = window + max_step if ring else n_ctx
-            self.layers.append(LayerCache(cfg.n_head_kv[il], n_slots, cfg.head_dim[il], dtype, ring))
+            n_slots = cfg.kv_slots(il, n_ctx, max_step)  # fewer than n_ctx only for a sliding layer's ring
+            self.layers.append(LayerCache(cfg.n_head_kv[il], n_slots, cfg.head_dim[il], dtype, n_slots < n_ctx))
         self.n_past = 0
 
     def layer(self, il: int) -> LayerCache:

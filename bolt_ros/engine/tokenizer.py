@@ -1,4 +1,5 @@
-"""Tokenizers built from GGUF metadata alone: SentencePiece-with-scores (`llama`) and GPT-2 byte-level BPE (`gpt2`).
+"""Tokenizers built from GGUF metadata alone: SentencePiece-with-scores (`llama`), GPT-2 byte-level BPE (`gpt2`) and
+Gemma 4's SentencePiece-style BPE (`gemma4`).
 
 Both follow llama.cpp's `llama-vocab.cpp` so that ids match it exactly:
 
@@ -10,17 +11,19 @@ Both follow llama.cpp's `llama-vocab.cpp` so that ids match it exactly:
      (highest first, leftmost on ties); symbols that are not tokens fall back to <0xNN> byte tokens.
    - BPE: a pre-tokenizer regex splits the text into words (per `tokenizer.ggml.pre`), each word's UTF-8 bytes are
      mapped to printable characters (GPT-2's byte-to-unicode table) and merged by merge rank.
+   - Gemma 4 BPE: spaces become U+2581, the text is split only at newline runs, characters (raw UTF-8) are merged by
+     rank and leftovers fall back to <0xNN> byte tokens. (Rules from llama.cpp; no Gemma 4 GGUF fixture yet.)
 
 Prompt-injection safety: a CONTROL token is never produced from text encoded with `parse_special=False`, not even
-by merging (CONTROL tokens are left out of the plain-text vocabulary). Chat formats mark only their own template text
-as trusted (`Segment.trusted`); message contents are encoded as plain text.
+by merging (CONTROL tokens are left out of the plain-text vocabulary; llama.cpp's merges could in principle reach
+one, but for no control token of either real vocabulary do they). Chat formats mark only their own template text as
+trusted (`Segment.trusted`); message contents are encoded as plain text.
 """
 from __future__ import annotations
 
 import bisect
 import codecs
 import heapq
-import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -111,6 +114,8 @@ def _pre_regexes(kind: str) -> tuple[re.Pattern, ...]:
 
 
 # tokenizer.ggml.pre -> pre-tokenizer (the llama.cpp names whose regex lists we implement)
+_NEWLINE_SPLIT = re.compile(r"[^\n]+|\n+")  # Gemma 4's only pre-split ("[^\n]+|[\n]+")
+
 _BPE_PRE = {
     **dict.fromkeys(("gpt-2", "gpt2", "mpt", "olmo", "jais", "trillion", "granite-docling"), "gpt2"),
     **dict.fromkeys(("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva", "mellum2"),
@@ -137,6 +142,38 @@ def _split(text: str, regexes: Sequence[re.Pattern]) -> list[str]:
     return words
 
 
+def _merge(symbols: list[str], priority) -> list[str]:
+    """Greedy pair merging shared by SPM and BPE (llama.cpp's work queue): repeatedly join the adjacent pair with the
+    smallest priority(left, right) (None: not mergeable), leftmost first on ties; returns the final symbols."""
+    n = len(symbols)
+    if n < 2:
+        return symbols
+    prev = list(range(-1, n - 1))
+    nxt = [*range(1, n), -1]
+    heap = []  # (priority, left index, right index, joined length); stale entries are skipped when popped
+    for i in range(n - 1):
+        p = priority(symbols[i], symbols[i + 1])
+        if p is not None:
+            heap.append((p, i, i + 1, len(symbols[i]) + len(symbols[i + 1])))
+    heapq.heapify(heap)
+    while heap:
+        _, left, right, size = heapq.heappop(heap)
+        a, b = symbols[left], symbols[right]
+        if not a or not b or len(a) + len(b) != size:
+            continue  # one side was merged since this pair was queued (symbols only grow)
+        merged = a + b
+        symbols[left], symbols[right] = merged, ""
+        r = nxt[left] = nxt[right]
+        if r >= 0:
+            prev[r] = left
+        for lo, hi in ((prev[left], left), (left, r)):
+            if lo >= 0 and hi >= 0:
+                p = priority(symbols[lo], symbols[hi])
+                if p is not None:
+                    heapq.heappush(heap, (p, lo, hi, len(symbols[lo]) + len(symbols[hi])))
+    return [sym for sym in symbols if sym]
+
+
 @lru_cache(maxsize=1)
 def _byte_to_unicode() -> tuple[str, ...]:
     """GPT-2's reversible map from each byte to a printable character."""
@@ -156,7 +193,7 @@ def _byte_to_unicode() -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 class Tokenizer:
-    """SPM or GPT-2 BPE tokenizer with llama.cpp-identical ids. Build with `from_gguf`."""
+    """SPM or BPE tokenizer with llama.cpp-identical ids. Build with `from_gguf`."""
 
     def __init__(self, *, model: str, tokens: list[str], token_types: Sequence[int], scores: Sequence[float] | None,
                  merges: list[str] | None, pre: str | None, bos_id: int | None, eos_id: int | None,
@@ -165,6 +202,8 @@ class Tokenizer:
         n = len(tokens)
         if n == 0:
             raise GGUFError("tokenizer.ggml.tokens is empty")
+        if "" in tokens:  # llama.cpp renames empty tokens so they cannot collide
+            tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         if len(token_types) != n:
             raise GGUFError(f"tokenizer.ggml.token_type has {len(token_types)} entries for {n} tokens")
         for key, tid in (("bos", bos_id), ("eos", eos_id), ("unknown", unk_id), ("eot", eot_id), ("eom", eom_id)):
@@ -179,50 +218,65 @@ class Tokenizer:
         self.bos_id, self.eos_id, self.unk_id = bos_id, eos_id, unk_id
         self.add_bos, self.add_eos, self.add_space_prefix = add_bos, add_eos, add_space_prefix
         self._tokens = tokens
-        self._vocab: dict[str, int] = {}
-        for i, t in enumerate(tokens):
-            self._vocab.setdefault(t, i)  # llama.cpp rejects duplicates; keep the first for robustness
-        types = np.asarray(token_types, dtype=np.int32).tolist()
+        self._bytes_cache: dict[int, bytes] = {}
+        # dict/zip and numpy keep this C-speed: building Gemma's 262k vocabulary takes a fraction of a second
+        self._vocab: dict[str, int] = dict(zip(tokens, range(n)))
+        if len(self._vocab) != n:
+            dup = next(t for i, t in enumerate(tokens) if self._vocab[t] != i)
+            raise GGUFError(f"duplicate token in tokenizer.ggml.tokens: {dup!r}")  # as llama.cpp refuses them
+        types = np.array(token_types, dtype=np.int32)
         self.eog_ids: set[int] = self._eog_and_fix_types(types, (eos_id, eot_id, eom_id))
-        self._types = np.asarray(types, dtype=np.int32)
+        self._types = types
 
-        control = {i for i, ty in enumerate(types) if ty in (CONTROL, UNKNOWN)}
+        control = np.flatnonzero(np.isin(types, (CONTROL, UNKNOWN))).tolist()
         self._control = frozenset(control)
         self.control_ids: frozenset[int] = self._control  # CONTROL and UNKNOWN tokens: never produced from plain text
-        # the vocabulary plain text may produce: everything but CONTROL/UNKNOWN (prompt-injection safety)
-        self._plain_vocab = {t: i for t, i in self._vocab.items() if i not in control}
-        special = [i for i, ty in enumerate(types) if ty in (CONTROL, UNKNOWN, USER_DEFINED)]
+        special = np.flatnonzero(np.isin(types, (CONTROL, UNKNOWN, USER_DEFINED))).tolist()
         special.sort(key=lambda i: (-len(tokens[i].encode()), i))  # llama.cpp: longest (in bytes) first
         self._specials_all = [(tokens[i], i) for i in special]
-        self._specials_plain = [(tokens[i], i) for i in special if i not in control]
+        self._specials_plain = [(tokens[i], i) for i in special if i not in self._control]
 
+        unknown_byte = unk_id if model == "llama" else None  # SPM falls back to <unk>, BPE drops the byte
+        self._byte_ids = [self._vocab.get(f"<0x{b:02X}>", unknown_byte) for b in range(256)]
         if model == "llama":
-            if scores is None or len(scores) != n:
-                raise GGUFError("tokenizer.ggml.scores is missing or does not match tokenizer.ggml.tokens")
-            sc = np.asarray(scores, dtype=np.float32).tolist()
-            self._scores = {t: sc[i] for t, i in self._plain_vocab.items()}
-            self._byte_ids = [self._vocab.get(f"<0x{b:02X}>", unk_id) for b in range(256)]
-        elif model == "gpt2":
-            if merges is None:
-                raise GGUFError("tokenizer.ggml.merges is missing for a gpt2 tokenizer")
+            self._init_spm(scores, control)
+        elif model in ("gpt2", "gemma4"):
+            self._init_bpe(model, merges, pre)
+        else:
+            raise GGUFError(f"unsupported tokenizer.ggml.model {model!r} (supported: 'llama' (SPM), 'gpt2' and "
+                            "'gemma4' (BPE))")
+
+    def _init_spm(self, scores, control: list[int]) -> None:
+        if scores is None or len(scores) != self.vocab_size:
+            raise GGUFError("tokenizer.ggml.scores is missing or does not match tokenizer.ggml.tokens")
+        # merge scores of the tokens plain text may produce: all but CONTROL/UNKNOWN (prompt-injection safety)
+        self._scores = dict(zip(self._tokens, np.asarray(scores, dtype=np.float32).tolist()))
+        for i in control:
+            del self._scores[self._tokens[i]]
+
+    def _init_bpe(self, model: str, merges, pre: str | None) -> None:
+        if merges is None:
+            raise GGUFError(f"tokenizer.ggml.merges is missing for a {model} tokenizer")
+        if model == "gemma4":  # SentencePiece-style BPE: spaces as U+2581, raw UTF-8, split only at newlines
+            self._regexes, self._byte_encode, self._escape_spaces = (_NEWLINE_SPLIT,), False, True
+        else:
             kind = _BPE_PRE.get(pre or "gpt2")
             if kind is None:
                 raise GGUFError(f"unsupported tokenizer.ggml.pre {pre!r} (supported: {sorted(_BPE_PRE)})")
-            self._regexes = _pre_regexes(kind)
-            self._ranks: dict[tuple[str, str], int] = {}
-            for rank, m in enumerate(merges):
-                left, sep, right = m.partition(" ")
-                if not sep:
-                    raise GGUFError(f"tokenizer.ggml.merges[{rank}] = {m!r} is not 'left right'")
-                self._ranks.setdefault((left, right), rank)
-            self._b2u = _byte_to_unicode()
-            self._u2b = {c: b for b, c in enumerate(self._b2u)}
-            self._word_cache: dict[str, tuple[int, ...]] = {}
-        else:
-            raise GGUFError(f"unsupported tokenizer.ggml.model {model!r} (supported: 'llama' (SPM), 'gpt2' (BPE))")
+            self._regexes, self._byte_encode, self._escape_spaces = _pre_regexes(kind), True, False
+        self._ranks: dict[tuple[str, str], int] = {}
+        for rank, m in enumerate(merges):
+            cut = m.find(" ", 1)  # llama.cpp: the first space after the first character
+            if cut < 0:
+                raise GGUFError(f"tokenizer.ggml.merges[{rank}] = {m!r} is not 'left right'")
+            self._ranks.setdefault((m[:cut], m[cut + 1:]), rank)
+        self._b2u = _byte_to_unicode()
+        self._u2b = {c: b for b, c in enumerate(self._b2u)}
+        self._word_cache: dict[str, list[int]] = {}
+        # the vocabulary plain text may produce: all but CONTROL/UNKNOWN (prompt-injection safety)
+        self._plain_vocab = {t: i for t, i in self._vocab.items() if i not in self._control}
 
-
-    def _eog_and_fix_types(self, types: list[int], eog_ids: Iterable[int | None]) -> set[int]:
+    def _eog_and_fix_types(self, types: np.ndarray, eog_ids: Iterable[int | None]) -> set[int]:
         """llama.cpp's end-of-generation set, and its type overrides: EOG/FIM texts become CONTROL (so Gemma 3's
         USER_DEFINED "</s>" is a control token and an EOG token there too), except the Gemma 4 case below."""
         vocab = self._vocab
@@ -268,8 +322,9 @@ class Tokenizer:
             model=model, tokens=tokens, token_types=types, scores=get("scores"), merges=get("merges"),
             pre=get("pre"), bos_id=opt_id("bos_token_id"), eos_id=opt_id("eos_token_id"),
             unk_id=opt_id("unknown_token_id"), eot_id=opt_id("eot_token_id"), eom_id=opt_id("eom_token_id"),
-            # llama.cpp's defaults when the keys are absent: add BOS for SPM, nothing for BPE
-            add_bos=bool(get("add_bos_token", model == "llama")), add_eos=bool(get("add_eos_token", False)),
+            # llama.cpp's defaults when the keys are absent: add BOS for SPM, nothing for BPE; Gemma 4 always adds it
+            add_bos=bool(get("add_bos_token", model == "llama")) or model == "gemma4",
+            add_eos=bool(get("add_eos_token", False)),
             add_space_prefix=bool(get("add_space_prefix", model == "llama")),
         )
 
@@ -378,52 +433,22 @@ class Tokenizer:
         return [p if isinstance(p, int) else text[p[0]:p[1]] for p in pieces]
 
     def _encode_spm(self, text: str, out: list[int]) -> None:
-        """llama.cpp's llm_tokenizer_spm: greedy bigram merging by token score over the code points of text."""
-        syms = list(text.replace(" ", SPACE_ESCAPE))
-        n = len(syms)
-        if n == 0:
-            return
+        """llama.cpp's llm_tokenizer_spm: merge the adjacent pair whose joined text is the best-scored token."""
         scores = self._scores
-        prev = list(range(-1, n - 1))
-        nxt = [*range(1, n), -1]
-        # heap entries: (-score, left, right, merged length); highest score first, then leftmost
-        heap = []
-        for i in range(n - 1):
-            s = scores.get(syms[i] + syms[i + 1])
-            if s is not None:
-                heap.append((-s, i, i + 1, 2))
-        heapq.heapify(heap)
-        while heap:
-            _, left, right, size = heapq.heappop(heap)
-            a, b = syms[left], syms[right]
-            if not a or not b or len(a) + len(b) != size:
-                continue  # stale: one side was merged since this bigram was queued
-            merged = a + b
-            syms[left], syms[right] = merged, ""
-            r = nxt[left] = nxt[right]
-            if r >= 0:
-                prev[r] = left
-            p = prev[left]
-            if p >= 0:
-                s = scores.get(syms[p] + merged)
-                if s is not None:
-                    heapq.heappush(heap, (-s, p, left, len(syms[p]) + len(merged)))
-            if r >= 0:
-                s = scores.get(merged + syms[r])
-                if s is not None:
-                    heapq.heappush(heap, (-s, left, r, len(merged) + len(syms[r])))
-        vocab, byte_ids = self._plain_vocab, self._byte_ids
-        i = 0
-        while i != -1:
-            sym = syms[i]
-            tid = vocab.get(sym)
-            if tid is not None:
-                out.append(tid)
-            else:  # byte fallback
-                out.extend(byte_ids[b] for b in sym.encode())
-            i = nxt[i]
+
+        def priority(a: str, b: str) -> float | None:
+            s = scores.get(a + b)
+            return None if s is None else -s
+
+        for sym in _merge(list(text.replace(" ", SPACE_ESCAPE)), priority):
+            if sym in scores:  # a plain (non-control) token
+                out.append(self._vocab[sym])
+            else:
+                self._byte_fallback(sym, out)
 
     def _encode_bpe(self, text: str, out: list[int]) -> None:
+        if self._escape_spaces:
+            text = text.replace(" ", SPACE_ESCAPE)
         cache = self._word_cache
         for word in _split(text, self._regexes):
             ids = cache.get(word)
@@ -433,53 +458,47 @@ class Tokenizer:
                     cache[word] = ids
             out.extend(ids)
 
-    def _bpe_word(self, word: str) -> tuple[int, ...]:
-        """Merge one pre-tokenized word by rank; merging every occurrence of the best pair per pass equals
-        llama.cpp's priority-queue order (lowest rank, leftmost first)."""
-        b2u, ranks = self._b2u, self._ranks
-        parts = [b2u[b] for b in word.encode()]
-        while len(parts) > 1:
-            best, best_rank = None, None
-            for pair in itertools.pairwise(parts):
-                r = ranks.get(pair)
-                if r is not None and (best_rank is None or r < best_rank):
-                    best, best_rank = pair, r
-            if best is None:
-                break
-            first, second = best
-            merged, i, n = [], 0, len(parts)
-            while i < n:
-                if i < n - 1 and parts[i] == first and parts[i + 1] == second:
-                    merged.append(first + second)
-                    i += 2
-                else:
-                    merged.append(parts[i])
-                    i += 1
-            parts = merged
+    def _bpe_word(self, word: str) -> list[int]:
+        """llama.cpp's llm_tokenizer_bpe_session for one pre-tokenized word: merge the lowest-ranked pair first."""
         vocab = self._plain_vocab
-        ids = []
-        for p in parts:
-            tid = vocab.get(p)
+        if self._byte_encode:
+            symbols = [self._b2u[b] for b in word.encode()]
+        elif word.strip("\n") == "" and word in vocab:
+            return [vocab[word]]  # Gemma 4: a run of newlines is one token when there is one
+        else:
+            symbols = list(word)
+        ranks = self._ranks
+        ids: list[int] = []
+        for sym in _merge(symbols, lambda a, b: ranks.get((a, b))):
+            tid = vocab.get(sym)
             if tid is not None:
                 ids.append(tid)
-            else:  # llama.cpp: a piece that is no token goes out as its single-character tokens, unknown ones dropped
-                ids.extend(vocab[c] for c in p if c in vocab)
-        return tuple(ids)
+            elif self._byte_encode:  # llama.cpp looks up each byte of the piece; only ASCII ones can be tokens
+                ids.extend(vocab[c] for c in sym if c < "\x80" and c in vocab)
+            else:
+                self._byte_fallback(sym, ids)
+        return ids
+
+    def _byte_fallback(self, sym: str, out: list[int]) -> None:
+        """A symbol that is no token goes out as <0xNN> byte tokens (dropped where the vocabulary has none)."""
+        out.extend(i for i in (self._byte_ids[b] for b in sym.encode()) if i is not None)
 
     # -- decoding ----------------------------------------------------------------------------------------------------
 
     def token_bytes(self, id: int) -> bytes:
         """Raw bytes of one token (control tokens as their text), for byte-exact streaming."""
-        return self._token_bytes(self._check_id(id))
+        data = self._bytes_cache.get(id)
+        if data is None:
+            data = self._bytes_cache[id] = self._token_bytes(self._check_id(id))
+        return data
 
-    @lru_cache(maxsize=65536)  # noqa: B019 - the tokenizer lives as long as the model; ids are bounded
     def _token_bytes(self, id: int) -> bytes:
         text, ty = self._tokens[id], int(self._types[id])
         if ty in (CONTROL, UNKNOWN, USER_DEFINED):
             return text.encode()
         if ty == BYTE and text.startswith("<0x") and len(text) == 6:
             return bytes([int(text[3:5], 16)])
-        if self.model == "llama":
+        if self.model != "gpt2":  # SPM and Gemma 4's BPE spell spaces as U+2581
             return text.replace(SPACE_ESCAPE, " ").encode()
         u2b = self._u2b
         return b"".join(bytes([u2b[c]]) if c in u2b else c.encode() for c in text)

@@ -1,0 +1,231 @@
+"""DFlash speculative decoding: draft a block in one drafter pass, verify it in one target pass, keep the agreeing prefix.
+
+One step, with the last committed token `anchor` at position s (not yet in the target cache):
+  1. the drafter reads `[anchor, MASK x n]` at positions s..s+n against its injected context (rows 0..s-1) and
+     proposes d1..dn greedily (slots 1..n);
+  2. the target runs `[anchor, d1..dn]` in one pass (logits on every row, hidden states captured at the drafter's
+     layers);
+  3. exact-match verification (llama.cpp `common_sampler_sample_and_accept_n`, z-lab `dflash_generate`): at row i the
+     target's token t_i is drawn from `Sampler.distribution` given everything accepted so far; d_{i+1} is accepted
+     while t_i == d_{i+1}, and the first t_i that differs (or the bonus token after n accepted) is committed too. Every
+     committed token is a genuine sample of the target's distribution, so this is lossless for any sampling settings;
+     for greedy it is the plain argmax;
+  4. rollback: the target cache keeps positions <= s + a (a = accepted drafts); the drafter gets context rows for
+     exactly those positions, from the verify pass's captured hidden states.
+
+Invariant between steps: target cache = drafter context = every committed token but the last (the next anchor).
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from .dflash_model import DFlashDraftModel, DraftCache, check_compatible, draft_config_from_gguf
+from .gguf_file import GGUFFile
+from .sampling import Sampler
+from .weights import WeightStore
+
+
+class DFlashOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    n_max: int | None = Field(None, ge=1, description="drafts per step; None or > block_size-1 = block_size-1")
+    embedding_scale: float | Literal["gguf", "none", "sqrt"] = Field(
+        "gguf", description="drafter input embedding scale: 'gguf' = dflash.embedding_scale if the file has it, "
+                            "else unscaled (llama.cpp); 'none' = 1; 'sqrt' = sqrt(hidden) (HF-style training)")
+
+
+class _DraftState:
+    """The drafter context belonging to one target Session (kept across generations for prefix reuse)."""
+
+    def __init__(self, cache: DraftCache):
+        self.cache = cache
+        self.tokens: list[int] = []  # the tokens whose target features fill cache rows 0..n-1
+
+    def truncate(self, n: int) -> None:
+        self.cache.truncate(min(n, self.cache.n))
+        del self.tokens[n:]
+
+
+class Drafter:
+    """A loaded DFlash drafter attached to one engine; `decoder()` makes the per-generation Decoder."""
+
+    def __init__(self, model: DFlashDraftModel, options: DFlashOptions, path: Path):
+        self.model, self.options, self.path = model, options, path
+        cfg = model.cfg
+        self.n_max = min(options.n_max or cfg.block_size - 1, cfg.block_size - 1)
+        self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @property
+    def capture(self) -> tuple[int, ...]:
+        return tuple(self.model.cfg.target_layers)
+
+    def state(self, session) -> _DraftState:
+        st = self._states.get(session)
+        if st is None:
+            st = self._states[session] = _DraftState(self.model.new_cache())
+        return st
+
+    def features(self, hidden: dict[int, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([hidden[i] for i in self.model.cfg.target_layers], dim=-1)  # [T, n_layers * H_target]
+
+    def decoder(self, engine, session, sampler: Sampler) -> DFlashDecoder:
+        return DFlashDecoder(self, engine, session, sampler)
+
+
+class DFlashDecoder:
+    """The Decoder protocol of generate.py with DFlash steps."""
+
+    def __init__(self, drafter: Drafter, engine, session, sampler: Sampler):
+        self.drafter, self.engine, self.session, self.sampler = drafter, engine, session, sampler
+        self.model = engine.model
+        self.state = drafter.state(session)
+        self.logits: torch.Tensor | None = None  # the target's next-token logits after prefill
+        self.pending: int | None = None  # committed, not yet in either cache
+        self.n_prompt = 0
+        self.log: list[tuple[list[int], int]] = []  # per step: (drafted tokens, accepted count)
+        self.draft_s = self.verify_s = 0.0
+        self.committed = 0
+
+    # --- target passes with feature capture --------------------------------------------------------------------
+    def _run_target(self, ids: list[int], logits: str | None) -> torch.Tensor | None:
+        """Append ids to the target (chunked by the cache's step) and inject their features into the drafter."""
+        cache, out_logits = self.session.cache, None
+        step = cache.max_step
+        for i in range(0, len(ids), step):
+            chunk = ids[i:i + step]
+            last = i + step >= len(ids)
+            out = self.model(torch.tensor(chunk, dtype=torch.long), cache, logits=logits if last else None,
+                             capture=self.drafter.capture)
+            self.session.tokens.extend(chunk)
+            self._inject(out.hidden, chunk)
+            out_logits = out.logits
+        return out_logits
+
+    def _inject(self, hidden: dict[int, torch.Tensor], tokens: list[int]) -> None:
+        self.drafter.model.inject(self.drafter.features(hidden), self.state.cache)
+        self.state.tokens.extend(tokens)
+
+    # --- Decoder protocol ----------------------------------------------------------------------------------------
+    def prefill(self, ids: list[int]) -> None:
+        if not ids:
+            raise ValueError("empty prompt")
+        if len(ids) >= self.engine.n_ctx:
+            raise ValueError(f"prompt of {len(ids)} tokens does not fit the context ({self.engine.n_ctx})")
+        keep = 0  # the prefix both the target cache and the drafter context already hold
+        for a, b, c in zip(self.session.tokens, self.state.tokens, ids):
+            if not a == b == c:
+                break
+            keep += 1
+        keep = min(keep, len(ids) - 1)
+        self.session.truncate(keep)
+        self.state.truncate(keep)
+        self.session.last_prefill = len(ids) - keep
+        self.n_prompt = len(ids)
+        self.logits = self._run_target(ids[keep:], "last")[-1]
+        self.pending = None
+
+    def step(self, recent: list[int]) -> list[int]:
+        if self.pending is None:  # the first token comes from the prefill logits
+            self.pending = self.sampler.sample(self.logits, recent)
+            return [self.pending]
+        start = self.session.cache.n_past
+        n = min(self.drafter.n_max, self.engine.n_ctx - start - 1)
+        anchor = self.pending
+        t0 = time.perf_counter()
+        drafts = self._draft(anchor, n) if n > 0 else []
+        t1 = time.perf_counter()
+        block = [anchor, *drafts]
+        out = self.model(torch.tensor(block, dtype=torch.long), self.session.cache, logits="all",
+                         capture=self.drafter.capture)
+        self.session.tokens.extend(block)
+        new = self.verify(out.logits, drafts, recent)
+        a = len(new) - 1
+        self.session.truncate(start + a + 1)  # drop the rejected drafts' KV (sliding layers included)
+        self._inject({i: h[: a + 1] for i, h in out.hidden.items()}, block[: a + 1])
+        self.verify_s += time.perf_counter() - t1
+        self.draft_s += t1 - t0
+        self.log.append((drafts, a))
+        self.committed += len(new)
+        self.pending = new[-1]
+        return new
+
+    def _draft(self, anchor: int, n: int) -> list[int]:
+        mask = self.drafter.model.cfg.mask_token_id
+        logits = self.drafter.model.draft_logits([anchor] + [mask] * n, self.state.cache)  # [n, vocab]
+        return logits.argmax(-1).tolist()  # greedy drafts, as llama.cpp and the reference do
+
+    def verify(self, logits: torch.Tensor, drafts: list[int], recent: list[int]) -> list[int]:
+        """Exact-match verification: the target's own sample at each row, accepting drafts while they agree.
+
+        logits: [len(drafts) + 1, vocab], row i = the target's prediction after the anchor and drafts[:i].
+        Returns the committed tokens: the accepted drafts followed by the target's token at the first disagreement
+        (or the bonus token after the last draft).
+        """
+        history = list(recent)
+        out: list[int] = []
+        for i in range(len(drafts) + 1):
+            tok = self.sampler.sample(logits[i], history)  # the same distribution() a plain step would use
+            out.append(tok)
+            if i == len(drafts) or tok != drafts[i]:
+                break
+            history.append(tok)
+        return out
+
+    def rollback(self, n_keep_committed: int) -> None:
+        """The outer loop stopped inside an accepted run: keep the prompt and the first n completion tokens."""
+        n = min(self.session.cache.n_past, self.n_prompt + n_keep_committed)
+        self.session.truncate(n)
+        self.state.truncate(n)
+
+    def stats(self) -> dict:
+        steps = len(self.log)
+        drafted = sum(len(d) for d, _ in self.log)
+        accepted = sum(a for _, a in self.log)
+        hist = [0] * (self.drafter.n_max + 1)
+        for _, a in self.log:
+            hist[a] += 1
+        return {
+            "method": "dflash", "block_size": self.drafter.model.cfg.block_size, "n_max": self.drafter.n_max,
+            "embedding_scale": self.drafter.model.embedding_scale,
+            "target_passes": steps, "drafted": drafted, "accepted": accepted,
+            "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
+            "tokens_per_pass": round(self.committed / steps, 4) if steps else 1.0,
+            "accept_hist": hist,  # accept_hist[a] = steps that accepted a drafts
+            "draft_s": round(self.draft_s, 4), "verify_s": round(self.verify_s, 4),
+            "draft_ms_per_pass": round(1e3 * self.draft_s / steps, 3) if steps else 0.0,
+            "verify_ms_per_pass": round(1e3 * self.verify_s / steps, 3) if steps else 0.0,
+        }
+
+
+def _embedding_scale(option, gguf_value: float | None, n_embd: int) -> float:
+    if option == "gguf":
+        return gguf_value if gguf_value is not None else 1.0
+    if option == "none":
+        return 1.0
+    if option == "sqrt":
+        return float(n_embd) ** 0.5
+    return float(option)
+
+
+def load_drafter(engine, path: str | Path, *, policy: str = "fast", **options) -> Drafter:
+    """Load a `dflash` GGUF for the engine's target (borrowing its embeddings/head); checks compatibility."""
+    opts = DFlashOptions(**options)
+    path = Path(path)
+    gf = GGUFFile(path)
+    cfg = draft_config_from_gguf(gf)
+    check_compatible(cfg, engine.model, engine.gguf, path.name)
+    scale = _embedding_scale(opts.embedding_scale, cfg.embedding_scale, cfg.n_embd)
+    w = WeightStore(gf, policy, device=engine.model.out_norm.device)  # where the target lives
+    return Drafter(DFlashDraftModel(cfg, w, engine.model, scale), opts, path)
+
+
+def attach_drafter(engine, path: str | Path, *, policy: str = "fast", **options) -> Drafter:
+    """Engine.load(..., draft=path) calls this: the engine then decodes with DFlash unless use_draft=False."""
+    engine.draft = load_drafter(engine, path, policy=policy, **options)
+    return engine.draft

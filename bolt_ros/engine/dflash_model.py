@@ -1,0 +1,267 @@
+"""The DFlash drafter network, loaded from a GGUF in llama.cpp's `dflash` layout.
+
+The drafter is a small stack of Qwen3-style layers that drafts a whole block `[anchor, MASK x (B-1)]` in one
+non-causal pass. It has no context of its own tokens: its KV cache holds *injected* rows, one per committed target
+position, made from the target's hidden states at `dflash.target_layers` (fused by `fc` + RMSNorm, then projected by
+each layer's own `k`/`v` weights, K normed and RoPE'd at the row's real position). Token embeddings and the output
+head are borrowed from the target unless the file ships its own.
+
+GGUF conventions (llama.cpp `src/models/dflash.cpp`, `conversion/qwen.py`):
+  * `dflash.target_layers` holds layer *inputs* (HF `target_layer_ids` + 1); id == n_layer of the target is the final
+    residual stream before the output norm. `Transformer.forward(capture=...)` uses the same convention.
+  * the encoder norm is `enc.output_norm.weight` (older converters: `hidden_norm.weight`).
+  * draft logits get neither the target's final norm nor its softcap (the drafter has its own `output_norm`).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from .gguf_file import GGUFError, GGUFFile
+from .model import Rope, Transformer, rms_norm
+from .weights import WeightStore
+
+ENC_NORM_NAMES = ("enc.output_norm.weight", "hidden_norm.weight")
+
+
+class DraftConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    rms_eps: float
+    rope_base: float
+    rope_dim: int
+    target_layers: list[int]  # target layer *inputs* whose residual streams are fused (GGUF +1 convention)
+    target_hidden: int
+    block_size: int
+    mask_token_id: int
+    n_vocab: int | None  # from the drafter's own tokenizer, if it has one
+    embedding_scale: float | None  # dflash.embedding_scale (newer llama.cpp scales the input rows by it)
+    causal: bool  # dflash.attention.causal: block-causal drafting instead of bidirectional
+    sliding_window: int | None
+    swa: list[bool]
+
+
+def draft_config_from_gguf(gf: GGUFFile) -> DraftConfig:
+    if gf.arch() != "dflash":
+        raise GGUFError(f"{gf.path.name}: a DFlash drafter has architecture 'dflash', not {gf.arch()!r}")
+
+    def key(name: str, default=None):
+        value = gf.get(f"dflash.{name}", default)
+        if value is None:
+            raise GGUFError(f"{gf.path.name}: missing metadata key 'dflash.{name}'")
+        return value
+
+    n_layer, n_embd, n_head = int(key("block_count")), int(key("embedding_length")), int(key("attention.head_count"))
+    head_dim = int(key("attention.key_length", n_embd // n_head))
+    layers = [int(v) for v in key("target_layers")]
+    if not layers:
+        raise GGUFError(f"{gf.path.name}: dflash.target_layers is empty")
+    window = int(gf.get("dflash.attention.sliding_window", 0) or 0) or None
+    pattern = gf.get("dflash.attention.sliding_window_pattern")
+    swa = [bool(v) for v in pattern] if (window and pattern is not None) else [window is not None] * n_layer
+    if len(swa) != n_layer:
+        raise GGUFError(f"{gf.path.name}: sliding_window_pattern has {len(swa)} entries for {n_layer} layers")
+    tokens = gf.get("tokenizer.ggml.tokens")
+    mask = gf.get("tokenizer.ggml.mask_token_id")
+    if mask is None:
+        raise GGUFError(f"{gf.path.name}: missing tokenizer.ggml.mask_token_id (the DFlash mask token)")
+    scale = gf.get("dflash.embedding_scale")
+    cfg = DraftConfig(
+        n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=int(key("attention.head_count_kv", n_head)),
+        head_dim=head_dim, n_ff=int(key("feed_forward_length")),
+        rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)), rope_base=float(key("rope.freq_base", 1e4)),
+        rope_dim=int(key("rope.dimension_count", head_dim)), target_layers=layers,
+        target_hidden=int(key("target_hidden_size", n_embd)), block_size=int(key("block_size", 16)),
+        mask_token_id=int(mask), n_vocab=len(tokens) if tokens is not None else None,
+        embedding_scale=float(scale) if scale is not None else None,
+        causal=bool(gf.get("dflash.attention.causal", False)), sliding_window=window, swa=swa)
+    if cfg.block_size < 2:
+        raise GGUFError(f"{gf.path.name}: dflash.block_size {cfg.block_size} < 2")
+    if cfg.n_head % cfg.n_head_kv:
+        raise GGUFError(f"{gf.path.name}: {cfg.n_head} heads are not a multiple of {cfg.n_head_kv} KV heads")
+    return cfg
+
+
+class DraftCache:
+    """Injected context K/V per drafter layer, indexed by position (row j = target position j); grows on demand."""
+
+    def __init__(self, cfg: DraftConfig, capacity: int = 256):
+        self.cfg = cfg
+        self.k = [torch.zeros(cfg.n_head_kv, capacity, cfg.head_dim) for _ in range(cfg.n_layer)]  # [n_kv, S, hd]
+        self.v = [torch.zeros(cfg.n_head_kv, capacity, cfg.head_dim) for _ in range(cfg.n_layer)]
+        self.n = 0  # positions 0..n-1 hold context
+
+    def _reserve(self, end: int) -> None:
+        cap = self.k[0].shape[1]
+        if end <= cap:
+            return
+        new = max(end, 2 * cap)
+        for kv in (self.k, self.v):
+            for il, t in enumerate(kv):
+                grown = torch.zeros(t.shape[0], new, t.shape[2])
+                grown[:, :cap] = t
+                kv[il] = grown
+
+    def write(self, il: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        # k, v: [n_kv, T, hd] for positions start..start+T-1
+        end = start + k.shape[1]
+        self._reserve(end)
+        self.k[il][:, start:end] = k
+        self.v[il][:, start:end] = v
+
+    def truncate(self, n: int) -> None:
+        if not 0 <= n <= self.n:
+            raise ValueError(f"cannot truncate a draft cache of {self.n} positions to {n}")
+        self.n = n
+
+
+class DraftLayer(nn.Module):
+    def __init__(self, cfg: DraftConfig, il: int, w: WeightStore):
+        super().__init__()
+        p = f"blk.{il}."
+        self.cfg, self.il = cfg, il
+        self.attn_norm = w.vector(p + "attn_norm.weight")
+        self.wq, self.wk = w.linear(p + "attn_q.weight"), w.linear(p + "attn_k.weight")
+        self.wv, self.wo = w.linear(p + "attn_v.weight"), w.linear(p + "attn_output.weight")
+        self.q_norm, self.k_norm = w.vector(p + "attn_q_norm.weight"), w.vector(p + "attn_k_norm.weight")
+        self.sinks = w.vector(p + "attn_sinks.weight") if w.has(p + "attn_sinks.weight") else None
+        self.ffn_norm = w.vector(p + "ffn_norm.weight")
+        self.w_gate, self.w_up = w.linear(p + "ffn_gate.weight"), w.linear(p + "ffn_up.weight")
+        self.w_down = w.linear(p + "ffn_down.weight")
+
+    def context_kv(self, g: torch.Tensor, rope: Rope, cs) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V of fused context rows g [T, H]: K = RoPE(k_norm(Wk g)), V = Wv g (no norm), [n_kv, T, hd] each."""
+        cfg, T = self.cfg, g.shape[0]
+        k = self.wk(g).view(T, cfg.n_head_kv, cfg.head_dim).transpose(0, 1)
+        v = self.wv(g).view(T, cfg.n_head_kv, cfg.head_dim).transpose(0, 1)
+        return rope.apply(rms_norm(k, self.k_norm, cfg.rms_eps), cs), v
+
+    def attend(self, q, k, v, mask) -> torch.Tensor:
+        # q: [n_head, B, hd]; k, v: [n_kv, S, hd]; mask: [B, S] bool or None
+        cfg = self.cfg
+        scale = 1.0 / math.sqrt(cfg.head_dim)
+        if self.sinks is None:
+            return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, scale=scale,
+                                                  enable_gqa=cfg.n_head != cfg.n_head_kv)[0]
+        # attention sinks: one extra logit per head that takes probability mass but carries no value
+        rep = cfg.n_head // cfg.n_head_kv
+        k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+        s = q @ k.transpose(1, 2) * scale  # [n_head, B, S]
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        sink = self.sinks.view(-1, 1, 1).expand(-1, s.shape[1], 1)
+        p = torch.softmax(torch.cat((s, sink), dim=-1), dim=-1)[..., :-1]
+        return p @ v
+
+    def forward(self, x, ctx_k, ctx_v, rope: Rope, cs, mask) -> torch.Tensor:
+        cfg, B = self.cfg, x.shape[0]
+        n = rms_norm(x, self.attn_norm, cfg.rms_eps)
+        q = self.wq(n).view(B, cfg.n_head, cfg.head_dim).transpose(0, 1)  # [n_head, B, hd]
+        q = rope.apply(rms_norm(q, self.q_norm, cfg.rms_eps), cs)
+        k, v = self.context_kv(n, rope, cs)  # the block's own K/V, same projections as the context
+        k, v = torch.cat((ctx_k, k), dim=1), torch.cat((ctx_v, v), dim=1)  # [n_kv, ctx + B, hd]
+        o = self.attend(q, k, v, mask)
+        x = x + self.wo(o.transpose(0, 1).reshape(B, cfg.n_head * cfg.head_dim))
+        m = rms_norm(x, self.ffn_norm, cfg.rms_eps)
+        return x + self.w_down(F.silu(self.w_gate(m)) * self.w_up(m))
+
+
+class DFlashDraftModel(nn.Module):
+    def __init__(self, cfg: DraftConfig, w: WeightStore, target: Transformer, embedding_scale: float):
+        super().__init__()
+        self.cfg, self.embedding_scale = cfg, embedding_scale
+        tc = target.cfg
+        n_feat = len(cfg.target_layers) * cfg.target_hidden
+        fc = w.gf.info("fc.weight")
+        if tuple(reversed(fc.shape)) != (cfg.n_embd, n_feat):
+            raise GGUFError(f"fc.weight has shape {tuple(reversed(fc.shape))}, expected ({cfg.n_embd}, {n_feat})")
+        self.fc = w.linear("fc.weight")
+        self.fc_scale = w.vector("fc.scale") if w.has("fc.scale") else None
+        enc = next((n for n in ENC_NORM_NAMES if w.has(n)), None)
+        if enc is None:
+            raise GGUFError(f"drafter has no encoder norm ({' or '.join(ENC_NORM_NAMES)})")
+        self.enc_norm = w.vector(enc)
+        self.layers = nn.ModuleList(DraftLayer(cfg, il, w) for il in range(cfg.n_layer))
+        self.out_norm = w.vector("output_norm.weight")
+        # borrowed from the target unless the file ships its own: raw (unscaled) embedding rows, output matrix
+        self.tok_embd = w.embedding("token_embd.weight") if w.has("token_embd.weight") else target.tok_embd
+        self.output = w.linear("output.weight", role="head") if w.has("output.weight") else target.output
+        for name in ("token_embd.weight", "output.weight"):
+            if w.has(name) and tuple(reversed(w.gf.info(name).shape)) != (tc.n_vocab, cfg.n_embd):
+                raise GGUFError(f"drafter {name} has shape {tuple(reversed(w.gf.info(name).shape))}, "
+                                f"expected ({tc.n_vocab}, {cfg.n_embd})")
+        self.rope = Rope(cfg.head_dim, cfg.rope_dim, cfg.rope_base, "neox", None)
+
+    def new_cache(self) -> DraftCache:
+        return DraftCache(self.cfg)
+
+    @torch.inference_mode()
+    def inject(self, features: torch.Tensor, cache: DraftCache) -> None:
+        """Append context rows for positions cache.n.. from target features [T, n_layers * target_hidden]."""
+        cfg, start, T = self.cfg, cache.n, features.shape[0]
+        # llama.cpp sanitises the features the same way before injecting them
+        features = torch.nan_to_num(features.float(), nan=0.0, posinf=65504.0, neginf=-65504.0).clamp(-65504, 65504)
+        g = self.fc(features)
+        if self.fc_scale is not None:
+            g = g * self.fc_scale
+        g = rms_norm(g, self.enc_norm, cfg.rms_eps)  # [T, H]
+        cs = self.rope.cos_sin(torch.arange(start, start + T))
+        for il, layer in enumerate(self.layers):
+            cache.write(il, start, *layer.context_kv(g, self.rope, cs))
+        cache.n = start + T
+
+    def _mask(self, start: int, B: int, window: int | None) -> torch.Tensor | None:
+        """[B, start + B] visibility of context + block keys for the block's queries (None: everything visible)."""
+        if not self.cfg.causal and window is None:
+            return None
+        q = torch.arange(start, start + B)[:, None]
+        k = torch.arange(start + B)[None, :]
+        ok = torch.ones(B, start + B, dtype=torch.bool)
+        if self.cfg.causal:
+            ok &= k <= q
+        if window is not None:  # symmetric window, as the z-lab reference does for non-causal layers
+            ok &= (q - k).abs() < window
+        return ok
+
+    @torch.inference_mode()
+    def draft_logits(self, tokens: list[int], cache: DraftCache) -> torch.Tensor:
+        """Logits for block slots 1..B-1 of `tokens` = [anchor, MASK...] at positions cache.n..: [B-1, vocab]."""
+        cfg, start, B = self.cfg, cache.n, len(tokens)
+        x = self.tok_embd(torch.tensor(tokens, dtype=torch.long)).float()  # [B, H]
+        if self.embedding_scale != 1.0:
+            x = x * self.embedding_scale
+        cs = self.rope.cos_sin(torch.arange(start, start + B))
+        masks = {swa: self._mask(start, B, cfg.sliding_window if swa else None) for swa in set(cfg.swa)}
+        for il, layer in enumerate(self.layers):
+            x = layer(x, cache.k[il][:, :start], cache.v[il][:, :start], self.rope, cs, masks[cfg.swa[il]])
+        return self.output(rms_norm(x[1:], self.out_norm, cfg.rms_eps))  # slot 0 (the anchor) predicts nothing
+
+
+def check_compatible(cfg: DraftConfig, target: Transformer, target_gguf: GGUFFile, draft_name: str) -> None:
+    """Reject a drafter made for another target: hidden sizes, vocabulary, layer ids, mask token."""
+    tc = target.cfg
+    if cfg.target_hidden != tc.n_embd:
+        raise ValueError(f"drafter {draft_name} expects target hidden size {cfg.target_hidden}, "
+                         f"the target has {tc.n_embd}")
+    if cfg.n_embd != tc.n_embd:
+        raise ValueError(f"drafter {draft_name} has hidden size {cfg.n_embd} but borrows the target's embeddings "
+                         f"and head of width {tc.n_embd}")
+    target_tokens = target_gguf.get("tokenizer.ggml.tokens")
+    n_target = len(target_tokens) if target_tokens is not None else tc.n_vocab
+    if cfg.n_vocab is not None and cfg.n_vocab != n_target:
+        raise ValueError(f"drafter {draft_name} has a {cfg.n_vocab}-token vocabulary, the target {n_target}")
+    bad = [i for i in cfg.target_layers if not 0 <= i <= tc.n_layer]
+    if bad:
+        raise ValueError(f"drafter {draft_name} reads target layers {bad}, the target has {tc.n_layer} layers")
+    if not 0 <= cfg.mask_token_id < tc.n_vocab:
+        raise ValueError(f"drafter {draft_name} mask token {cfg.mask_token_id} is outside the target vocabulary")

@@ -1,0 +1,350 @@
+"""Quantized linear layers built straight from GGUF bytes, and row-gather embeddings.
+
+`QuantLinear` keeps a weight W [out, in] in one of these forms (`scheme`):
+  "f32"     dense fp32, the exact GGUF values (policy "exact": the numerical reference)
+  "bf16"    dense bf16
+  "int4"    torch's CPU int4 weight-only kernel (group 32, w = (q - 8) * scale + zero, bf16 scales/zeros).
+            Q4_0 / Q4_1 / Q4_K *are* this format (one 4-bit code and one affine map per 32 weights), so only the
+            scales/zeros round to bf16. Other types are requantized to 4 bits (lossy; see bench/bench_linear.py).
+  "int4x2"  two int4 codes per weight, concatenated along K in one kernel call: Q5_0/Q5_1/Q5_K/Q8_0 codes split
+            exactly into a low nibble and a high part (q = lo + 16 * hi), so again only scales round to bf16.
+  "int8"    torch's int8 weight-only kernel, one scale per output row (requantized: lossy for block types)
+  "gguf"    the GGUF blocks as they are, multiplied by `bolt_ros.kernels.ops.qmatmul_gguf` (fused Triton kernel on
+            CUDA, a dequantize + matmul reference elsewhere)
+The int kernels take bf16 activations (their fp32/fp16 paths are unvectorized and 10-100x slower on CPU), so the
+fast path rounds x to bf16 and returns y rounded to bf16, then widened to fp32; accumulation is fp32 inside.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .quants import GGML_BLOCK, GGMLType, as_uint8, dequantize, dequantize_blocks, dequantize_rows, row_nbytes
+from .quants import type_name as _type_name
+
+Policy = Literal["fast", "exact", "gguf"]
+Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "gguf"]
+SCHEMES: tuple[str, ...] = ("f32", "bf16", "int4", "int4x2", "int8", "gguf")
+
+GROUP = 32  # int4 kernel group size = the legacy block size = the K-quant sub-block size
+_CHUNK_ROWS = 8192  # repack this many output rows at a time: bounds load-time temporaries for the 262144-row head
+
+# "fast" policy per ggml type: the fastest form whose error stays at bf16-rounding level where one exists.
+# Measured on the real Gemma 3 270M / SmolLM2 tensors with bench/bench_linear.py (2 threads).
+FAST_SCHEME: dict[int, str] = {
+    GGMLType.Q4_0: "int4",
+    GGMLType.Q4_1: "int4",
+    GGMLType.Q4_K: "int4",
+    GGMLType.Q5_0: "int4x2",
+    GGMLType.Q5_1: "int4x2",
+    GGMLType.Q5_K: "int4x2",
+    GGMLType.Q8_0: "int4x2",
+    GGMLType.Q6_K: "bf16",
+    GGMLType.Q2_K: "bf16",
+    GGMLType.Q3_K: "bf16",
+    GGMLType.BF16: "bf16",
+    GGMLType.F16: "f32",
+    GGMLType.F32: "f32",
+}
+# types whose 32-blocks split exactly into int4 codes (see _int4_parts)
+_INT4_EXACT = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q4_K)
+_INT4X2_EXACT = (GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q5_K, GGMLType.Q8_0)
+
+
+# ---- decomposing GGUF blocks into int4 codes: w = (q - 8) * s + z per group of 32 -----------------------------
+
+Int4Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q [R, K] int32 in 0..15, s [R, K/32], z [R, K/32] f32
+
+
+def _f16(b: torch.Tensor, at: int) -> torch.Tensor:
+    return b[:, at : at + 2].contiguous().view(torch.float16).float()  # [n, 1]
+
+
+def _lo_nibbles(b: torch.Tensor, width: int) -> torch.Tensor:
+    """[n, m] bytes -> [n, 2m] codes: each `width`-byte run gives its low nibbles, then its high nibbles."""
+    n = b.shape[0]
+    return torch.stack([b.reshape(n, -1, width) & 0x0F, b.reshape(n, -1, width) >> 4], dim=2).reshape(n, -1)
+
+
+def _le_bits(qh: torch.Tensor, width: int) -> torch.Tensor:
+    """[n, m] bytes -> [n, 8m] bits: for each `width`-byte run, bit 0 of every byte, then bit 1, ..."""
+    n = qh.shape[0]
+    sh = torch.arange(8, dtype=torch.uint8).view(1, 1, 8, 1)
+    return ((qh.reshape(n, -1, 1, width) >> sh) & 1).reshape(n, -1)
+
+
+def _u32_bits(qh: torch.Tensor) -> torch.Tensor:
+    """[n, 4] bytes of a little-endian uint32 -> [n, 32] bits, bit i at column i."""
+    sh = torch.arange(8, dtype=torch.uint8).view(1, 1, 8)
+    return ((qh.reshape(-1, 4, 1) >> sh) & 1).reshape(-1, 32)
+
+
+def _k_scale_min(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    d, m, md = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = torch.cat([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], dim=1).float()
+    mn = torch.cat([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], dim=1).float()
+    return sc, mn  # [n, 8] each
+
+
+def _int4_parts(blocks: torch.Tensor, t: int, rows: int) -> list[Int4Part]:
+    """GGUF blocks of `rows` rows -> one (Q4_*) or two (Q5_*, Q8_0) exact int4 decompositions that sum to W."""
+    n = blocks.shape[0]
+    zero = torch.zeros(n, 1)
+
+    def part(q, s, z):  # q [n, G, 32] or [n, 32*G]; s, z [n, G]
+        return (q.reshape(rows, -1).to(torch.int32), s.reshape(rows, -1), z.reshape(rows, -1))
+
+    if t == GGMLType.Q4_0:  # (q - 8) d
+        return [part(_lo_nibbles(blocks[:, 2:], 16), _f16(blocks, 0), zero)]
+    if t == GGMLType.Q4_1:  # d q + m = (q - 8) d + (8 d + m)
+        d = _f16(blocks, 0)
+        return [part(_lo_nibbles(blocks[:, 4:], 16), d, 8 * d + _f16(blocks, 2))]
+    if t == GGMLType.Q4_K:  # per sub-block j: (d sc_j) q - dmin m_j
+        sc, mn = _k_scale_min(blocks[:, 4:16])
+        s = _f16(blocks, 0) * sc
+        return [part(_lo_nibbles(blocks[:, 16:], 32), s, 8 * s - _f16(blocks, 2) * mn)]
+    # 5- and 8-bit codes: q = lo + 16 hi; the low nibble is one int4 part, (hi + 8) with scale 16 s the other
+    if t == GGMLType.Q5_0:  # (q - 16) d = (lo - 8) d + (hi + 8 - 8) 16 d - 8 d
+        d = _f16(blocks, 0)
+        hi = _u32_bits(blocks[:, 2:6])
+        return [part(_lo_nibbles(blocks[:, 6:], 16), d, zero), part(hi + 8, 16 * d, -8 * d)]
+    if t == GGMLType.Q5_1:  # d q + m
+        d = _f16(blocks, 0)
+        hi = _u32_bits(blocks[:, 4:8])
+        return [part(_lo_nibbles(blocks[:, 8:], 16), d, 8 * d + _f16(blocks, 2)), part(hi + 8, 16 * d, zero)]
+    if t == GGMLType.Q5_K:
+        sc, mn = _k_scale_min(blocks[:, 4:16])
+        s = _f16(blocks, 0) * sc
+        hi = _le_bits(blocks[:, 16:48], 32)
+        return [part(_lo_nibbles(blocks[:, 48:], 32), s, 8 * s - _f16(blocks, 2) * mn),
+                part(hi + 8, 16 * s, torch.zeros_like(s))]
+    if t == GGMLType.Q8_0:  # q d, q int8 = lo + 16 hi with hi = q >> 4 in -8..7
+        d = _f16(blocks, 0)
+        q = blocks[:, 2:].contiguous().view(torch.int8).to(torch.int32)
+        return [part(q & 0x0F, d, 8 * d), part((q >> 4) + 8, 16 * d, zero)]
+    raise ValueError(f"{_type_name(t)} has no exact int4 decomposition")
+
+
+def _requant_int4(w: torch.Tensor) -> Int4Part:
+    """Any fp32 W [R, K] -> asymmetric 4-bit codes per 32-group (lossy)."""
+    g = w.reshape(w.shape[0], -1, GROUP)
+    lo, hi = g.amin(-1), g.amax(-1)
+    s = (hi - lo) / 15
+    inv = torch.where(s > 0, 1 / s, torch.zeros_like(s))
+    q = torch.round((g - lo[..., None]) * inv[..., None]).clamp(0, 15).to(torch.int32)
+    return q.reshape(w.shape), s, lo + 8 * s
+
+
+def _requant_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 W [R, K] -> per-row symmetric int8 codes and scales (lossy for block-scaled types)."""
+    s = w.abs().amax(-1) / 127
+    inv = torch.where(s > 0, 1 / s, torch.zeros_like(s))
+    return torch.round(w * inv[:, None]).clamp(-127, 127).to(torch.int8), s
+
+
+# ---- building the packed forms, a chunk of output rows at a time ----------------------------------------------
+
+
+def _row_chunks(blocks: torch.Tensor, n_out: int) -> Iterator[tuple[torch.Tensor, int]]:
+    """[n_out * blocks_per_row, bytes] -> (blocks of up to _CHUNK_ROWS rows, rows in chunk); chunks are multiples of
+    64 rows so the int4 packer (64-row tiles) gives the same bytes as packing the whole matrix."""
+    per_row = blocks.shape[0] // n_out
+    for r0 in range(0, n_out, _CHUNK_ROWS):
+        rows = min(_CHUNK_ROWS, n_out - r0)
+        yield blocks[r0 * per_row : (r0 + rows) * per_row], rows
+
+
+def _pack_int4(parts_of_chunk: Callable[[torch.Tensor, int], list[Int4Part]], blocks: torch.Tensor,
+               n_out: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> packed uint8 [N, n_parts*K/2] and scale/zeros bf16 [n_parts*K/32, N, 2] for _weight_int4pack_mm_for_cpu."""
+    packed, sz = [], []
+    for chunk, rows in _row_chunks(blocks, n_out):
+        parts = parts_of_chunk(chunk, rows)
+        q = torch.cat([p[0] for p in parts], dim=1)  # [rows, n_parts*K]: the parts sit side by side along K
+        s = torch.cat([p[1] for p in parts], dim=1)  # [rows, n_parts*K/32]
+        z = torch.cat([p[2] for p in parts], dim=1)
+        packed.append(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1))
+        sz.append(torch.stack([s, z], dim=-1).transpose(0, 1).to(torch.bfloat16))  # [G, rows, 2]
+    return torch.cat(packed), torch.cat(sz, dim=1).contiguous()
+
+
+def _dense_chunks(t: int, n_in: int) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    return lambda chunk, rows: dequantize_blocks(chunk, t).reshape(rows, n_in)
+
+
+def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy) -> str:
+    """The storage form for `policy`; falls back where a kernel's shape rule isn't met."""
+    if policy == "exact":
+        return "f32"
+    if policy == "gguf":
+        return "gguf"
+    scheme = FAST_SCHEME[ggml_type]
+    n_out, n_in = shape
+    if scheme.startswith("int4") and (n_out % 16 or n_in % GROUP):  # the int4 packer needs N % 16 == 0
+        scheme = "int8"
+    return scheme
+
+
+class QuantLinear(nn.Module):
+    """y = x @ W^T for a GGUF weight of torch shape [out, in]; see the module docstring for `scheme`."""
+
+    def __init__(self, raw: torch.Tensor | np.ndarray, ggml_type: int, shape: tuple[int, ...], *,
+                 policy: Policy = "fast", role: str = "matrix", scheme: str | None = None):
+        super().__init__()
+        if policy not in ("fast", "exact", "gguf"):
+            raise ValueError(f"unknown policy {policy!r} (fast, exact or gguf)")
+        shape = tuple(int(d) for d in shape)
+        if len(shape) != 2:
+            raise ValueError(f"QuantLinear needs a 2-D weight [out, in], got shape {list(shape)}")
+        n_out, n_in = shape
+        rb = row_nbytes(ggml_type, n_in)  # validates the type and the row length
+        data = as_uint8(raw)
+        if data.numel() != rb * n_out:
+            raise ValueError(f"{_type_name(ggml_type)} weight [{n_out}, {n_in}] needs {rb * n_out} bytes, "
+                             f"got {data.numel()}")
+        if scheme is None:
+            scheme = pick_scheme(ggml_type, shape, policy)
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r} (one of {', '.join(SCHEMES)})")
+        self.ggml_type, self.in_features, self.out_features = int(ggml_type), n_in, n_out
+        self.policy, self.role, self.scheme = policy, role, scheme
+        self._raw = data  # the GGUF bytes (an mmap view: costs no memory unless read); for dequantized()
+        blocks = data.view(-1, GGML_BLOCK[ggml_type][1])  # [n_blocks, block_bytes]
+        getattr(self, f"_build_{scheme}")(blocks)
+
+    # -- builders: each registers the buffers its forward uses --
+    def _build_f32(self, blocks: torch.Tensor) -> None:
+        self.register_buffer("weight", dequantize_blocks(blocks, self.ggml_type).reshape(self.shape))
+
+    def _build_bf16(self, blocks: torch.Tensor) -> None:
+        w = torch.empty(self.shape, dtype=torch.bfloat16)
+        r0 = 0
+        for chunk, rows in _row_chunks(blocks, self.out_features):
+            w[r0 : r0 + rows] = dequantize_blocks(chunk, self.ggml_type).reshape(rows, -1)
+            r0 += rows
+        self.register_buffer("weight", w)
+
+    def _build_int8(self, blocks: torch.Tensor) -> None:
+        q, s = [], []
+        for chunk, rows in _row_chunks(blocks, self.out_features):
+            qc, sc = _requant_int8(dequantize_blocks(chunk, self.ggml_type).reshape(rows, -1))
+            q.append(qc)
+            s.append(sc)
+        self.register_buffer("w8", torch.cat(q))  # [N, K] int8
+        self.register_buffer("scales", torch.cat(s).to(torch.bfloat16))  # [N]
+
+    def _build_int4(self, blocks: torch.Tensor) -> None:
+        t, n_in = self.ggml_type, self.in_features
+        if t in _INT4_EXACT:
+            def parts(chunk, rows):
+                return _int4_parts(chunk, t, rows)
+        else:
+            def parts(chunk, rows):
+                return [_requant_int4(dequantize_blocks(chunk, t).reshape(rows, n_in))]
+        self._set_int4(*_pack_int4(parts, blocks, self.out_features))
+
+    def _build_int4x2(self, blocks: torch.Tensor) -> None:
+        if self.ggml_type not in _INT4X2_EXACT:
+            raise ValueError(f"scheme int4x2 needs a 5- or 8-bit block type, not {_type_name(self.ggml_type)}")
+        t = self.ggml_type
+        self._set_int4(*_pack_int4(lambda chunk, rows: _int4_parts(chunk, t, rows), blocks, self.out_features))
+
+    def _set_int4(self, packed: torch.Tensor, scale_zeros: torch.Tensor) -> None:
+        self.k_parts = scale_zeros.shape[0] * GROUP // self.in_features  # 1 (int4) or 2 (int4x2)
+        self.register_buffer("packed", packed)  # [N, k_parts*K/2] uint8, torch's tiled layout
+        self.register_buffer("scale_zeros", scale_zeros)  # [k_parts*K/32, N, 2] bf16
+
+    def _build_gguf(self, blocks: torch.Tensor) -> None:
+        self.register_buffer("blocks", blocks.clone().reshape(self.out_features, -1))  # [N, row_bytes]
+
+    # -- use --
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.out_features, self.in_features)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes held by this layer's buffers (the GGUF mmap it came from is not counted)."""
+        return sum(b.numel() * b.element_size() for b in self.buffers())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> [..., out] float32."""
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"input has {x.shape[-1]} features, layer expects {self.in_features}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)  # [T, in]
+        y = self._matmul(x2) if x2.shape[0] else x2.new_zeros((0, self.out_features), dtype=torch.float32)
+        return y.reshape(*lead, self.out_features)
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.scheme
+        if s == "f32":
+            return F.linear(x.float(), self.weight)
+        if s == "bf16":
+            return F.linear(x.to(torch.bfloat16), self.weight).float()
+        if s == "int8":
+            return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.w8, self.scales).float()
+        if s in ("int4", "int4x2"):
+            xb = x.to(torch.bfloat16)
+            if self.k_parts > 1:  # every part multiplies the same x
+                xb = xb.repeat(1, self.k_parts)
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(xb.contiguous(), self.packed, GROUP,
+                                                             self.scale_zeros).float()
+        from bolt_ros.kernels import ops  # Triton on CUDA; imported late so CPU-only users never load Triton
+        return ops.qmatmul_gguf(x.float().contiguous(), self.blocks, self.ggml_type, self.out_features,
+                                self.in_features)
+
+    def dequantized(self) -> torch.Tensor:
+        """The exact GGUF weight as fp32 [out, in] (from the GGUF bytes, whatever the scheme)."""
+        return dequantize(self._raw, self.ggml_type, self.shape)
+
+    def extra_repr(self) -> str:
+        return (f"in={self.in_features}, out={self.out_features}, type={_type_name(self.ggml_type)}, "
+                f"scheme={self.scheme}, bytes={self.weight_bytes}")
+
+
+class QuantEmbedding(nn.Module):
+    """Row lookup from a GGUF table of torch shape [n_rows, width]: only the requested rows are dequantized.
+
+    The table stays the GGUF bytes (an mmap view, or a device copy after `.to("cuda")`), so a table tied to the
+    output head is not held twice in fp32."""
+
+    def __init__(self, raw: torch.Tensor | np.ndarray, ggml_type: int, shape: tuple[int, ...]):
+        super().__init__()
+        shape = tuple(int(d) for d in shape)
+        if len(shape) != 2:
+            raise ValueError(f"QuantEmbedding needs a 2-D table [rows, width], got shape {list(shape)}")
+        n_rows, width = shape
+        rb = row_nbytes(ggml_type, width)
+        data = as_uint8(raw)
+        if data.numel() != rb * n_rows:
+            raise ValueError(f"{_type_name(ggml_type)} table [{n_rows}, {width}] needs {rb * n_rows} bytes, "
+                             f"got {data.numel()}")
+        self.ggml_type, self.num_embeddings, self.embedding_dim = int(ggml_type), n_rows, width
+        # not a registered buffer: the state dict must not serialize 178 MB of mmap; moved by _apply below
+        self.table = data.view(n_rows, rb)  # [n_rows, row_bytes] uint8
+
+    def _apply(self, fn, recurse=True):
+        self.table = fn(self.table)
+        return super()._apply(fn, recurse)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.table.numel()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [...] int -> [..., width] float32."""
+        rows = dequantize_rows(self.table, self.ggml_type, (self.num_embeddings, self.embedding_dim),
+                               ids.to(self.table.device))
+        return rows.reshape(*ids.shape, self.embedding_dim)
+
+    def dequantized(self) -> torch.Tensor:
+        return dequantize(self.table, self.ggml_type, (self.num_embeddings, self.embedding_dim))
+
+    def extra_repr(self) -> str:
+        return f"rows={self.num_embeddings}, width={self.embedding_dim}, type={_type_name(self.ggml_type)}"
