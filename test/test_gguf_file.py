@@ -337,6 +337,7 @@ def test_deeply_nested_arrays(tmp_path):
 
 @pytest.mark.parametrize("payload", [kv_str("general.alignment", "abc"),
                                      kv_arr("general.alignment", 4, 2, struct.pack("<II", 32, 32)),
-                                     kv("general.alignment", 6, struct.pack("<f", 32.5))])
+                                     kv("general.alignment", 6, struct.pack("<f", 32.5))],
+                         ids=["string", "array", "float"])
 def test_alignment_of_wrong_type(tmp_path, payload):
     expect_error(write(tmp_path, build([payload], [])), "general.alignment")

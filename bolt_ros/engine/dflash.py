@@ -1,4 +1,4 @@
-"""DFlash speculative decoding: draft a block in one drafter pass, verify it in one target pass, keep the agreeing prefix.
+"""DFlash speculative decoding: draft a block in one drafter pass, verify it in one target pass, keep what agrees.
 
 One step, with the last committed token `anchor` at position s (not yet in the target cache):
   1. the drafter reads `[anchor, MASK x n]` at positions s..s+n against its injected context (rows 0..s-1) and

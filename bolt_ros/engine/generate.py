@@ -136,6 +136,7 @@ class Engine:
         tok = Tokenizer.from_gguf(gf)
         weights = WeightStore(gf, policy, device=device, progress=progress)
         net = Transformer(cfg, weights)
+        gf.release_pages()
         engine = cls(gf, net, tok, min(n_ctx, cfg.n_ctx_train), time.perf_counter() - t0)
         if draft is not None:
             from .dflash import attach_drafter

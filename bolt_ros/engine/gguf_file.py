@@ -21,6 +21,7 @@ DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_KEY_BYTES = 1 << 16
 MAX_ELEMENTS = 1 << 50  # per tensor; far above any real model, far below int64 overflow
+MAX_ARRAY_DEPTH = 2  # writers nest at most one level (arrays of arrays); deeper is hostile
 
 
 class GGUFError(ValueError):
@@ -116,7 +117,7 @@ class _Cursor:
         self.pos += dt.itemsize
         return bool(v) if vtype == _BOOL else v.item()
 
-    def value(self, vtype: int, what: str) -> Any:
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
         if vtype in _SCALARS:
             return self.scalar(vtype, what)
         if vtype == _STRING:
@@ -124,10 +125,12 @@ class _Cursor:
         if vtype == _ARRAY:
             etype = self.u32(f"{what} element type")
             count = self.u64(f"{what} element count")
-            return self.array(etype, count, what)
+            if depth >= MAX_ARRAY_DEPTH:
+                raise GGUFError(f"{what}: arrays nested deeper than {MAX_ARRAY_DEPTH} levels")
+            return self.array(etype, count, what, depth + 1)
         raise GGUFError(f"{what}: unknown value type {vtype}")
 
-    def array(self, etype: int, count: int, what: str) -> Any:
+    def array(self, etype: int, count: int, what: str, depth: int = 1) -> Any:
         if etype in _SCALARS:
             dt = _SCALARS[etype]
             self.need(count * dt.itemsize, f"{what} ({count} elements)")
@@ -140,7 +143,7 @@ class _Cursor:
             return self._strings(count, what)
         if etype == _ARRAY:
             self.need(count * 12, f"{what} ({count} nested arrays)")
-            return [self.value(_ARRAY, f"{what}[{i}]") for i in range(count)]
+            return [self.value(_ARRAY, f"{what}[{i}]", depth) for i in range(count)]
         raise GGUFError(f"{what}: unknown array element type {etype}")
 
     def _strings(self, count: int, what: str) -> list[str]:
@@ -208,7 +211,10 @@ class GGUFFile:
             vtype = cur.u32(f"type of {key!r}")
             self.metadata[key] = cur.value(vtype, f"metadata {key!r}")
 
-        self.alignment = int(self.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+        alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or isinstance(alignment, bool):
+            raise GGUFError(f"general.alignment must be an integer, got {type(alignment).__name__}")
+        self.alignment = alignment
         if self.alignment <= 0 or self.alignment & (self.alignment - 1) or self.alignment > 1 << 20:
             raise GGUFError(f"general.alignment must be a power of two, got {self.alignment}")
 
@@ -238,7 +244,7 @@ class GGUFFile:
         self.data_offset = -(-cur.pos // self.alignment) * self.alignment
         self.tensors: dict[str, TensorInfo] = {}
         end_prev, prev = self.data_offset, None
-        for name, ggml_type, shape, rel, nbytes in sorted(infos, key=lambda t: t[3]):
+        for name, _, _, rel, nbytes in sorted(infos, key=lambda t: t[3]):
             start = self.data_offset + rel
             if start < end_prev:
                 raise GGUFError(f"tensor {name!r} overlaps {prev!r}")
@@ -275,6 +281,12 @@ class GGUFFile:
         info = self.info(name)
         return np.frombuffer(self._mm, np.uint8, info.nbytes, info.offset)
 
+    def release_pages(self) -> None:
+        """Drop the file pages read so far from this process's memory (they are re-read on demand). Called after
+        weights have been repacked, so the GGUF bytes are not held twice."""
+        if getattr(self, "_mm", None) is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._mm.madvise(mmap.MADV_DONTNEED)
+
     def close(self) -> None:
         mm = getattr(self, "_mm", None)
         if mm is not None:
@@ -295,4 +307,6 @@ class GGUFFile:
         self.close()
 
     def __repr__(self) -> str:
+        if not hasattr(self, "tensors"):
+            return f"GGUFFile({self.path.name!r}, unparsed)"
         return f"GGUFFile({self.path.name!r}, v{self.version}, {len(self.metadata)} keys, {len(self.tensors)} tensors)"

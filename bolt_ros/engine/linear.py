@@ -13,6 +13,8 @@
             CUDA, a dequantize + matmul reference elsewhere)
 The int kernels take bf16 activations (their fp32/fp16 paths are unvectorized and 10-100x slower on CPU), so the
 fast path rounds x to bf16 and returns y rounded to bf16, then widened to fp32; accumulation is fp32 inside.
+From PREFILL_DENSE_ROWS rows on, the int schemes instead dequantize the GGUF bytes (kept as an mmap view) to fp32 for a
+dense GEMM: faster for prefill and exact.
 """
 from __future__ import annotations
 
@@ -32,6 +34,10 @@ Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "gguf"]
 SCHEMES: tuple[str, ...] = ("f32", "bf16", "int4", "int4x2", "int8", "gguf")
 
 GROUP = 32  # int4 kernel group size = the legacy block size = the K-quant sub-block size
+# From this many rows on (prefill), the int schemes dequantize the GGUF bytes to fp32 and run a dense GEMM instead:
+# the int4/int8 kernels cost ~linear in T (1 thread, 640x2048 Q4_K: int4 19.9 ms vs dequantize 4 ms + fp32 8.8 ms at
+# T=512; int4 2.5 ms vs 4 + 1.4 ms at T=64), and the dense result is exact. Never for the vocab-sized head.
+PREFILL_DENSE_ROWS = 128
 _CHUNK_ROWS = 8192  # repack this many output rows at a time: bounds load-time temporaries for the 262144-row head
 
 # "fast" policy per ggml type: the fastest form whose error stays at bf16-rounding level where one exists.
@@ -58,7 +64,7 @@ _INT4X2_EXACT = (GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q5_K, GGMLType.Q8_0)
 
 # ---- decomposing GGUF blocks into int4 codes: w = (q - 8) * s + z per group of 32 -----------------------------
 
-Int4Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q [R, K] int32 in 0..15, s [R, K/32], z [R, K/32] f32
+Int4Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q [R, K] uint8 in 0..15, s [R, K/32], z [R, K/32] f32
 
 
 def _f16(b: torch.Tensor, at: int) -> torch.Tensor:
@@ -97,7 +103,7 @@ def _int4_parts(blocks: torch.Tensor, t: int, rows: int) -> list[Int4Part]:
     zero = torch.zeros(n, 1)
 
     def part(q, s, z):  # q [n, G, 32] or [n, 32*G]; s, z [n, G]
-        return (q.reshape(rows, -1).to(torch.int32), s.reshape(rows, -1), z.reshape(rows, -1))
+        return (q.reshape(rows, -1).to(torch.uint8), s.reshape(rows, -1), z.reshape(rows, -1))
 
     if t == GGMLType.Q4_0:  # (q - 8) d
         return [part(_lo_nibbles(blocks[:, 2:], 16), _f16(blocks, 0), zero)]
@@ -125,7 +131,7 @@ def _int4_parts(blocks: torch.Tensor, t: int, rows: int) -> list[Int4Part]:
                 part(hi + 8, 16 * s, torch.zeros_like(s))]
     if t == GGMLType.Q8_0:  # q d, q int8 = lo + 16 hi with hi = q >> 4 in -8..7
         d = _f16(blocks, 0)
-        q = blocks[:, 2:].contiguous().view(torch.int8).to(torch.int32)
+        q = blocks[:, 2:].contiguous().view(torch.int8)
         return [part(q & 0x0F, d, 8 * d), part((q >> 4) + 8, 16 * d, zero)]
     raise ValueError(f"{_type_name(t)} has no exact int4 decomposition")
 
@@ -136,7 +142,7 @@ def _requant_int4(w: torch.Tensor) -> Int4Part:
     lo, hi = g.amin(-1), g.amax(-1)
     s = (hi - lo) / 15
     inv = torch.where(s > 0, 1 / s, torch.zeros_like(s))
-    q = torch.round((g - lo[..., None]) * inv[..., None]).clamp(0, 15).to(torch.int32)
+    q = torch.round((g - lo[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
     return q.reshape(w.shape), s, lo + 8 * s
 
 
@@ -159,22 +165,34 @@ def _row_chunks(blocks: torch.Tensor, n_out: int) -> Iterator[tuple[torch.Tensor
         yield blocks[r0 * per_row : (r0 + rows) * per_row], rows
 
 
+def pack_int4_codes(q: torch.Tensor) -> torch.Tensor:
+    """uint8 codes [N, K] (0..15) -> torch's CPU int4 layout [N, K/2], the bytes `_convert_weight_to_int4pack_for_cpu`
+    makes: 64-row tiles, and for every k of a tile 32 bytes holding rows j (low nibble) and j + 32 (high nibble).
+    Done here in uint8 because the op wants int32 codes (4x the memory, and slow for the 262144-row head)."""
+    n, k = q.shape
+    if n % 64:
+        return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
+    t = q.view(n // 64, 64, k).transpose(1, 2)  # [tiles, K, 64]
+    return (t[..., :32] | (t[..., 32:] << 4)).reshape(n, k // 2)
+
+
 def _pack_int4(parts_of_chunk: Callable[[torch.Tensor, int], list[Int4Part]], blocks: torch.Tensor,
                n_out: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> packed uint8 [N, n_parts*K/2] and scale/zeros bf16 [n_parts*K/32, N, 2] for _weight_int4pack_mm_for_cpu."""
-    packed, sz = [], []
+    """-> packed uint8 [N, n_parts*K/2] and scale/zeros bf16 [n_parts*K/32, N, 2] for _weight_int4pack_mm_for_cpu.
+    Outputs are allocated once and filled chunk by chunk (no full-size concatenations: the head is 262144 rows)."""
+    packed = sz = None
+    r0 = 0
     for chunk, rows in _row_chunks(blocks, n_out):
         parts = parts_of_chunk(chunk, rows)
         q = torch.cat([p[0] for p in parts], dim=1)  # [rows, n_parts*K]: the parts sit side by side along K
-        s = torch.cat([p[1] for p in parts], dim=1)  # [rows, n_parts*K/32]
-        z = torch.cat([p[2] for p in parts], dim=1)
-        packed.append(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1))
-        sz.append(torch.stack([s, z], dim=-1).transpose(0, 1).to(torch.bfloat16))  # [G, rows, 2]
-    return torch.cat(packed), torch.cat(sz, dim=1).contiguous()
-
-
-def _dense_chunks(t: int, n_in: int) -> Callable[[torch.Tensor, int], torch.Tensor]:
-    return lambda chunk, rows: dequantize_blocks(chunk, t).reshape(rows, n_in)
+        if packed is None:
+            packed = torch.empty(n_out, q.shape[1] // 2, dtype=torch.uint8)
+            sz = torch.empty(q.shape[1] // GROUP, n_out, 2, dtype=torch.bfloat16)
+        packed[r0 : r0 + rows] = pack_int4_codes(q)
+        for i, col in enumerate((1, 2)):  # scales, then zeros
+            sz[:, r0 : r0 + rows, i] = torch.cat([p[col] for p in parts], dim=1).t()  # [G, rows]
+        r0 += rows
+    return packed, sz
 
 
 def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy) -> str:
@@ -213,6 +231,7 @@ class QuantLinear(nn.Module):
             raise ValueError(f"unknown scheme {scheme!r} (one of {', '.join(SCHEMES)})")
         self.ggml_type, self.in_features, self.out_features = int(ggml_type), n_in, n_out
         self.policy, self.role, self.scheme = policy, role, scheme
+        self.prefill_dense_rows = PREFILL_DENSE_ROWS if role != "head" else None
         self._raw = data  # the GGUF bytes (an mmap view: costs no memory unless read); for dequantized()
         blocks = data.view(-1, GGML_BLOCK[ggml_type][1])  # [n_blocks, block_bytes]
         getattr(self, f"_build_{scheme}")(blocks)
@@ -262,6 +281,31 @@ class QuantLinear(nn.Module):
     def _build_gguf(self, blocks: torch.Tensor) -> None:
         self.register_buffer("blocks", blocks.clone().reshape(self.out_features, -1))  # [N, row_bytes]
 
+    @classmethod
+    def fuse(cls, layers: list[QuantLinear]) -> QuantLinear | None:
+        """One layer computing several layers' outputs side by side (q|k|v, gate|up): one kernel call instead of
+        several. None when their forms can't be concatenated (then call them separately)."""
+        first = layers[0]
+        same = all(m.scheme == first.scheme and m.in_features == first.in_features and m.policy == first.policy
+                   and m.prefill_dense_rows == first.prefill_dense_rows for m in layers)
+        if not same or first.scheme not in ("f32", "bf16", "int4", "int4x2"):
+            return None
+        if first.scheme.startswith("int4") and (any(m.out_features % 64 for m in layers)  # whole 64-row tiles
+                                                or any(m.k_parts != first.k_parts for m in layers)):
+            return None
+        fused = cls.__new__(cls)
+        nn.Module.__init__(fused)
+        fused.ggml_type, fused.in_features = first.ggml_type, first.in_features
+        fused.out_features = sum(m.out_features for m in layers)
+        fused.policy, fused.role, fused.scheme = first.policy, first.role, first.scheme
+        fused.prefill_dense_rows = first.prefill_dense_rows
+        fused._parts = [(m._raw, m.ggml_type, m.shape) for m in layers]  # GGUF views only: the packed parts go
+        if first.scheme in ("f32", "bf16"):
+            fused.register_buffer("weight", torch.cat([m.weight for m in layers]))
+        else:
+            fused._set_int4(torch.cat([m.packed for m in layers]), torch.cat([m.scale_zeros for m in layers], dim=1))
+        return fused
+
     # -- use --
     @property
     def shape(self) -> tuple[int, int]:
@@ -283,6 +327,8 @@ class QuantLinear(nn.Module):
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         s = self.scheme
+        if s in ("int4", "int4x2", "int8") and self.prefill_dense_rows and x.shape[0] >= self.prefill_dense_rows:
+            return F.linear(x.float(), self.dequantized())
         if s == "f32":
             return F.linear(x.float(), self.weight)
         if s == "bf16":
@@ -301,6 +347,9 @@ class QuantLinear(nn.Module):
 
     def dequantized(self) -> torch.Tensor:
         """The exact GGUF weight as fp32 [out, in] (from the GGUF bytes, whatever the scheme)."""
+        parts = getattr(self, "_parts", None)
+        if parts is not None:
+            return torch.cat([dequantize(raw, t, shape) for raw, t, shape in parts])
         return dequantize(self._raw, self.ggml_type, self.shape)
 
     def extra_repr(self) -> str:

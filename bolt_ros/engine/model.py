@@ -14,6 +14,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .kv_cache import KVCache
+from .linear import QuantLinear
 from .weights import WeightStore
 
 
@@ -50,6 +51,32 @@ class Rope:
         return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Grouped-query attention. q [n_head, T, hd], k/v [n_kv, S, hd], mask [T, S] bool (True = visible) or None."""
+    n_head, T, hd = q.shape
+    n_kv, S = k.shape[0], k.shape[1]
+    if T > 16:  # prefill: the fused SDPA kernel wins
+        return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, scale=scale,
+                                              enable_gqa=n_kv != n_head)[0]
+    # decode / verify blocks: a few batched matmuls beat SDPA's per-call overhead (heads h*g..h*g+g-1 share kv h)
+    g = n_head // n_kv
+    s = torch.bmm(q.reshape(n_kv, g * T, hd), k.transpose(1, 2)) * scale  # [n_kv, g*T, S]
+    if mask is not None:
+        s = s.view(n_kv, g, T, S).masked_fill(~mask, float("-inf")).view(n_kv, g * T, S)
+    return torch.bmm(torch.softmax(s, dim=-1), v).view(n_head, T, hd)
+
+
+class _Split(nn.Module):
+    """Several linears applied to the same input, outputs concatenated (when they can't be fused into one)."""
+
+    def __init__(self, layers: list[nn.Module]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([m(x) for m in self.layers], dim=-1) if len(self.layers) > 1 else self.layers[0](x)
+
+
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, il: int, w: WeightStore):
         super().__init__()
@@ -58,16 +85,18 @@ class Block(nn.Module):
         self.n_head, self.n_kv, self.hd = cfg.n_head, cfg.n_head_kv[il], cfg.head_dim[il]
         self.owns_kv = cfg.owns_kv(il)
         self.attn_norm = w.vector(p + "attn_norm.weight")
-        self.wq = w.linear(p + "attn_q.weight")
+        wq = w.linear(p + "attn_q.weight")
         if self.owns_kv:
-            self.wk = w.linear(p + "attn_k.weight")
-            self.wv = w.linear(p + "attn_v.weight")
+            wk, wv = w.linear(p + "attn_k.weight"), w.linear(p + "attn_v.weight")
+            self.wqkv = QuantLinear.fuse([wq, wk, wv]) or _Split([wq, wk, wv])  # one matmul where forms allow
             self.k_norm = w.vector(p + "attn_k_norm.weight") if cfg.qk_norm else None
+        else:
+            self.wqkv = _Split([wq])
         self.q_norm = w.vector(p + "attn_q_norm.weight") if cfg.qk_norm else None
         self.wo = w.linear(p + "attn_output.weight")
         self.ffn_norm = w.vector(p + "ffn_norm.weight")
-        self.w_gate = w.linear(p + "ffn_gate.weight")
-        self.w_up = w.linear(p + "ffn_up.weight")
+        gate, up = w.linear(p + "ffn_gate.weight"), w.linear(p + "ffn_up.weight")
+        self.w_gate_up = QuantLinear.fuse([gate, up]) or _Split([gate, up])
         self.w_down = w.linear(p + "ffn_down.weight")
         if cfg.post_norms:
             self.post_attn_norm = w.vector(p + "post_attention_norm.weight")
@@ -83,23 +112,23 @@ class Block(nn.Module):
 
     def attention(self, x, positions, cache: KVCache, rope: Rope, cs, mask) -> torch.Tensor:
         cfg, T = self.cfg, x.shape[0]
-        q = self.wq(x).view(T, self.n_head, self.hd).transpose(0, 1)  # [n_head, T, hd]
+        nq, nkv = self.n_head * self.hd, self.n_kv * self.hd
+        qkv = self.wqkv(x)  # [T, nq (+ 2 * nkv)]
+        q = qkv[:, :nq].reshape(T, self.n_head, self.hd).transpose(0, 1)  # [n_head, T, hd]
         if self.q_norm is not None:
             q = rms_norm(q, self.q_norm, cfg.rms_eps)
         q = rope.apply(q, cs)
         lc = cache.layer(self.il)
         if self.owns_kv:
-            k = self.wk(x).view(T, self.n_kv, self.hd).transpose(0, 1)  # [n_kv, T, hd]
-            v = self.wv(x).view(T, self.n_kv, self.hd).transpose(0, 1)
+            k = qkv[:, nq:nq + nkv].reshape(T, self.n_kv, self.hd).transpose(0, 1)  # [n_kv, T, hd]
+            v = qkv[:, nq + nkv:].reshape(T, self.n_kv, self.hd).transpose(0, 1)
             if self.k_norm is not None:
                 k = rms_norm(k, self.k_norm, cfg.rms_eps)
             if cfg.v_norm:
                 v = rms_norm(v, None, cfg.rms_eps)
             lc.write(rope.apply(k, cs), v, positions)
         k, v, _ = lc.view(int(positions[-1]) + 1)  # [n_kv, S, hd]
-        o = F.scaled_dot_product_attention(
-            q[None], k[None].to(q.dtype), v[None].to(q.dtype), attn_mask=mask, scale=cfg.attn_scale,
-            enable_gqa=self.n_kv != self.n_head)[0]  # [n_head, T, hd]
+        o = attend(q, k.to(q.dtype), v.to(q.dtype), mask, cfg.attn_scale)  # [n_head, T, hd]
         return self.wo(o.transpose(0, 1).reshape(T, self.n_head * self.hd))
 
     def forward(self, h, positions, cache, rope, cs, mask, ple) -> torch.Tensor:
@@ -107,7 +136,8 @@ class Block(nn.Module):
         a = self.attention(rms_norm(h, self.attn_norm, cfg.rms_eps), positions, cache, rope, cs, mask)
         h = h + (rms_norm(a, self.post_attn_norm, cfg.rms_eps) if cfg.post_norms else a)
         m = rms_norm(h, self.ffn_norm, cfg.rms_eps)
-        f = self.w_down(self.act(self.w_gate(m)) * self.w_up(m))
+        gate, up = self.w_gate_up(m).chunk(2, dim=-1)  # [T, n_ff] each
+        f = self.w_down(self.act(gate) * up)
         h = h + (rms_norm(f, self.post_ffn_norm, cfg.rms_eps) if cfg.post_norms else f)
         if cfg.ple_dim:
             g = self.act(self.ple_gate(h)) * ple[:, self.il]  # [T, ple_dim]
@@ -140,6 +170,8 @@ class Transformer(nn.Module):
             if key not in by_key:
                 by_key[key] = Rope(cfg.head_dim[il], cfg.rope_dim[il], cfg.rope_base[il], cfg.rope_style, ff)
             self.ropes.append(by_key[key])
+        # Gemma 4: layers from here on only read earlier layers' KV (n_layer when none do)
+        self.first_shared = next((il for il in range(cfg.n_layer) if not cfg.owns_kv(il)), cfg.n_layer)
         if cfg.ple_dim:
             self.ple_embd = w.embedding("per_layer_token_embd.weight")
             self.ple_model_proj = w.linear("per_layer_model_proj.weight")
@@ -197,6 +229,13 @@ class Transformer(nn.Module):
         hidden: dict[int, torch.Tensor] = {}
         h = e
         for il, block in enumerate(self.blocks):
+            if il == self.first_shared and logits != "all" and not any(c >= il for c in capture):
+                # KV-shared layers write no cache: only rows that feed the logits still matter (as in HF)
+                if logits is None:
+                    break
+                h, positions, ple = h[-1:], positions[-1:], None if ple is None else ple[-1:]
+                masks = {k: None if m is None else m[-1:] for k, m in masks.items()}
+                cs_cache = {k: (c[-1:], s[-1:]) for k, (c, s) in cs_cache.items()}
             if il in capture:
                 hidden[il] = h
             rope = self.ropes[il]

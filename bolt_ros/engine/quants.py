@@ -308,3 +308,30 @@ def dequantize_rows(raw: torch.Tensor | np.ndarray, ggml_type: int, shape: tuple
     picked = data.view(n_rows, rb).index_select(0, rows)  # [R, row_bytes]
     nbytes = GGML_BLOCK[ggml_type][1]
     return dequantize_blocks(picked.reshape(-1, nbytes), ggml_type).reshape(rows.numel(), width)
+
+
+# byte offsets of the fp16 scale/min fields inside one block (every other byte is a code or a packed scale)
+F16_FIELDS: dict[int, tuple[int, ...]] = {
+    GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2), GGMLType.Q8_0: (0,),
+    GGMLType.Q2_K: (80, 82), GGMLType.Q3_K: (108,), GGMLType.Q4_K: (0, 2), GGMLType.Q5_K: (0, 2),
+    GGMLType.Q6_K: (208,),
+}
+
+
+def random_raw(ggml_type: int, shape: tuple[int, int], *, seed: int = 0, max_scale: float | None = None) -> np.ndarray:
+    """Random GGUF bytes for a tensor of torch shape `shape` (tests, benchmarks): every code byte uniform, fp16
+    scale fields finite (any finite bit pattern, subnormals included, or |scale| <= max_scale when given)."""
+    rng = np.random.default_rng(seed)
+    nbytes = tensor_nbytes(ggml_type, shape)
+    raw = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    fields = F16_FIELDS.get(ggml_type, ())
+    if fields:
+        blocks = raw.reshape(-1, GGML_BLOCK[ggml_type][1])
+        for at in fields:
+            if max_scale is None:
+                h = rng.integers(0, 1 << 16, blocks.shape[0], dtype=np.uint16)
+                h = np.where((h & 0x7C00) == 0x7C00, h ^ 0x4000, h).astype(np.uint16)  # inf/nan exponent -> finite
+            else:
+                h = rng.uniform(-max_scale, max_scale, blocks.shape[0]).astype(np.float16).view(np.uint16)
+            blocks[:, at : at + 2] = h.view(np.uint8).reshape(-1, 2)
+    return raw

@@ -1,0 +1,48 @@
+"""Numerical fidelity against llama.cpp on the real models (fixtures from bench/make_fidelity_fixtures.py).
+
+Teacher-forced on llama.cpp's own greedy continuation: our top-1 must agree with llama.cpp's chosen token and our
+log-probability of that token must be close to llama.cpp's. (llama.cpp quantizes activations and flips near-ties,
+so exact greedy strings are not the bar: platform-notes.md.)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bolt_ros.engine.generate import Engine
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def score(engine: Engine, fixture: str) -> dict:
+    data = json.loads((FIXTURES / fixture).read_text())
+    agree = total = 0
+    diffs, top5_overlap = [], []
+    for case in data["cases"]:
+        prompt, cont = case["prompt_ids"], case["completion_ids"]
+        session = engine.new_session()
+        logits = engine.forward(session, prompt + cont, logits="all")[len(prompt) - 1: -1]  # [C, vocab]
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        ours_top1 = lp.argmax(-1).tolist()
+        for i, tok in enumerate(cont):
+            total += 1
+            agree += ours_top1[i] == tok
+            diffs.append(abs(float(lp[i, tok]) - case["logprobs"][i]))
+            theirs = {t for t, _ in case["top5"][i]}
+            top5_overlap.append(len(theirs & set(lp[i].topk(5).indices.tolist())) / 5)
+    return {"prompts": len(data["cases"]), "tokens": total, "top1_agreement": agree / total,
+            "mean_abs_logprob_diff": sum(diffs) / len(diffs), "top5_overlap": sum(top5_overlap) / len(top5_overlap)}
+
+
+@pytest.mark.parametrize(("model", "fixture"), [("default", "fidelity_gemma3.json"),
+                                                ("default-chat", "fidelity_smollm2.json")])
+def test_teacher_forced_agreement_with_llama_cpp(model, fixture):
+    engine = Engine.load(model, n_ctx=512)
+    s = score(engine, fixture)
+    print(f"\n{model}: {s}")
+    assert s["prompts"] >= 20 and s["tokens"] >= 20 * 64
+    assert s["top1_agreement"] >= 0.99, s
+    assert s["mean_abs_logprob_diff"] <= 0.15, s

@@ -1,0 +1,204 @@
+"""QuantLinear / QuantEmbedding on real GGUF tensors and synthetic blocks.
+
+Tolerances: "exact" is the fp32 GGUF weight (fp32 GEMM rounding only, <= 1e-5 of the output scale). The "fast" int4 /
+int4x2 / bf16 paths round x, y and the per-group scales to bf16 (8 significant bits), so they are held to bf16 level:
+mean |dy| <= 6e-3 * mean |y| and max |dy| <= 2e-2 * max |y| (measured ~3e-3 / ~4e-3; int8 requantization, ~1e-2,
+would fail the mean bound).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bolt_ros.engine import linear
+from bolt_ros.engine.default_models import resolve_model
+from bolt_ros.engine.gguf_file import GGUFFile, torch_shape
+from bolt_ros.engine.linear import FAST_SCHEME, QuantEmbedding, QuantLinear
+from bolt_ros.engine.quants import GGML_BLOCK, GGMLType, dequantize, random_raw, row_nbytes
+
+MEAN_TOL, MAX_TOL = 6e-3, 2e-2
+REAL = {  # one real tensor per type (Gemma 3 270M, SmolLM2-135M), first 256 output rows
+    "Q5_0": ("default", "blk.0.attn_q.weight"),
+    "Q8_0": ("default", "blk.0.attn_v.weight"),
+    "Q4_K": ("default", "blk.0.attn_output.weight"),
+    "Q6_K": ("default", "blk.0.ffn_down.weight"),
+    "Q4_1": ("default-chat", "blk.0.ffn_down.weight"),
+    "Q8_0 head": ("default", "token_embd.weight"),
+}
+
+
+@pytest.fixture(scope="module")
+def files():
+    fs = {m: GGUFFile(resolve_model(m)) for m in ("default", "default-chat")}
+    yield fs
+    for f in fs.values():
+        f.close()
+
+
+def _real(files, key: str, rows: int = 256):
+    model, name = REAL[key]
+    info = files[model].info(name)
+    shape = torch_shape(info)
+    rows = min(rows, shape[0])
+    return files[model].raw(name)[: rows * row_nbytes(info.ggml_type, shape[1])], info.ggml_type, (rows, shape[1])
+
+
+def _errors(y: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    d = (y.double() - ref).abs()
+    return float(d.mean() / ref.abs().mean()), float(d.max() / ref.abs().max())
+
+
+@pytest.mark.parametrize("key", list(REAL))
+def test_fast_matches_exact_on_real_tensors(files, key):
+    raw, t, shape = _real(files, key)
+    exact = QuantLinear(raw, t, shape, policy="exact")
+    fast = QuantLinear(raw, t, shape, policy="fast")
+    assert exact.scheme == "f32" and fast.scheme == FAST_SCHEME[t]
+    assert torch.equal(exact.weight, dequantize(raw, t, shape))
+    assert fast.weight_bytes < exact.weight_bytes
+    x = torch.randn(8, shape[1], generator=torch.Generator().manual_seed(0))
+    ref = x.double() @ exact.dequantized().double().t()
+    assert _errors(exact(x), ref)[1] < 1e-5
+    for rows in (x[:1], x):  # decode (T=1) and a small block
+        mean, mx = _errors(fast(rows), ref[: rows.shape[0]])
+        assert mean < MEAN_TOL and mx < MAX_TOL, (key, fast.scheme, mean, mx)
+
+
+def test_int8_requant_is_measurably_worse(files):
+    """The per-row int8 form is not used by 'fast' because requantizing block scales costs ~3x the error."""
+    raw, t, shape = _real(files, "Q5_0")
+    x = torch.randn(8, shape[1], generator=torch.Generator().manual_seed(1))
+    ref = x.double() @ dequantize(raw, t, shape).double().t()
+    mean8, _ = _errors(QuantLinear(raw, t, shape, scheme="int8")(x), ref)
+    mean4, _ = _errors(QuantLinear(raw, t, shape, scheme="int4x2")(x), ref)
+    assert mean8 > 2 * mean4 and mean8 < 3e-2
+
+
+SPLIT_TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q4_K, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q5_K,
+               GGMLType.Q8_0]
+
+
+@pytest.mark.parametrize("t", SPLIT_TYPES, ids=lambda t: GGMLType(t).name)
+def test_int4_decomposition_is_exact(t):
+    """sum over parts of (q - 8) * s + z reproduces the GGUF weight to fp32 rounding (before any bf16 rounding)."""
+    shape = (4, 512)
+    raw = random_raw(t, shape, seed=t, max_scale=0.05)
+    blocks = torch.from_numpy(raw).view(-1, GGML_BLOCK[t][1])
+    parts = linear._int4_parts(blocks, t, shape[0])
+    assert len(parts) == (1 if t in linear._INT4_EXACT else 2)
+    w = sum(((q.float() - 8).view(4, -1, 32) * s[..., None] + z[..., None]).view(shape) for q, s, z in parts)
+    assert all(int(q.min()) >= 0 and int(q.max()) <= 15 for q, _, _ in parts)
+    ref = dequantize(raw, t, shape)
+    torch.testing.assert_close(w, ref, rtol=0, atol=1e-6 * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q4_0, GGMLType.Q5_1, GGMLType.Q5_K, GGMLType.Q2_K, GGMLType.Q3_K,
+                               GGMLType.F16, GGMLType.BF16, GGMLType.F32], ids=lambda t: GGMLType(t).name)
+def test_fast_matches_exact_on_synthetic_types(t):
+    shape = (64, 512)
+    if t in (GGMLType.F16, GGMLType.BF16, GGMLType.F32):
+        w = torch.randn(shape) * 0.05
+        raw = {GGMLType.F16: w.half(), GGMLType.BF16: w.bfloat16(), GGMLType.F32: w}[t].contiguous().view(torch.uint8)
+    else:
+        raw = random_raw(t, shape, seed=10 + t, max_scale=0.05)
+    fast, exact = QuantLinear(raw, t, shape), QuantLinear(raw, t, shape, policy="exact")
+    x = torch.randn(3, shape[1], generator=torch.Generator().manual_seed(2))
+    ref = x.double() @ exact.weight.double().t()
+    mean, mx = _errors(fast(x), ref)
+    assert mean < MEAN_TOL and mx < MAX_TOL, (fast.scheme, mean, mx)
+
+
+def test_prefill_rows_take_the_exact_dense_path(files):
+    raw, t, shape = _real(files, "Q4_K", rows=64)
+    layer = QuantLinear(raw, t, shape)
+    x = torch.randn(linear.PREFILL_DENSE_ROWS, shape[1])
+    ref = x.double() @ dequantize(raw, t, shape).double().t()
+    assert _errors(layer(x), ref)[1] < 1e-5  # exact, unlike the bf16 int4 path
+    assert _errors(layer(x[:8]), ref[:8])[1] > 1e-4
+    head = QuantLinear(raw, t, shape, role="head")  # never dequantizes the vocab-sized head per call
+    assert _errors(head(x), ref)[1] > 1e-4
+
+
+def test_shapes_and_batch_dims(files):
+    raw, t, shape = _real(files, "Q5_0", rows=64)
+    layer = QuantLinear(raw, t, shape)
+    x = torch.randn(2, 3, shape[1])
+    y = layer(x)
+    assert y.shape == (2, 3, 64) and y.dtype == torch.float32
+    torch.testing.assert_close(y, layer(x.reshape(6, -1)).reshape(2, 3, 64))
+    assert layer(torch.zeros(0, shape[1])).shape == (0, 64)
+    with pytest.raises(ValueError, match="input has 5 features, layer expects 640"):
+        layer(torch.zeros(1, 5))
+
+
+def test_memory_stays_packed(files):
+    raw, t, shape = _real(files, "Q8_0 head", rows=1024)
+    n = shape[0] * shape[1]
+    assert QuantLinear(raw, t, shape, policy="exact").weight_bytes == 4 * n
+    fast = QuantLinear(raw, t, shape)
+    assert fast.scheme == "int4x2" and fast.weight_bytes <= 1.25 * n  # Q8_0 itself: 1.0625 bytes/weight
+    raw4, t4, shape4 = _real(files, "Q4_K")
+    assert QuantLinear(raw4, t4, shape4).weight_bytes <= 0.625 * shape4[0] * shape4[1]
+
+
+def test_gguf_policy_uses_the_kernel_facade(files):
+    """policy 'gguf' keeps the GGUF blocks (the Triton path on CUDA); on CPU the facade's torch reference runs."""
+    raw, t, shape = _real(files, "Q4_K", rows=32)
+    layer = QuantLinear(raw, t, shape, policy="gguf")
+    assert layer.scheme == "gguf" and layer.weight_bytes == len(raw)
+    x = torch.randn(2, shape[1])
+    torch.testing.assert_close(layer(x), x @ dequantize(raw, t, shape).t(), rtol=1e-5, atol=1e-5)
+
+
+def test_bad_arguments_are_clear_errors(files):
+    raw, t, shape = _real(files, "Q4_K", rows=16)
+    with pytest.raises(ValueError, match="needs 9216 bytes, got 9215"):
+        QuantLinear(raw[:-1], t, shape)
+    with pytest.raises(ValueError, match="unsupported tensor type"):
+        QuantLinear(raw, 99, shape)
+    with pytest.raises(ValueError, match="unknown policy"):
+        QuantLinear(raw, t, shape, policy="fastest")
+    with pytest.raises(ValueError, match="unknown scheme"):
+        QuantLinear(raw, t, shape, scheme="int3")
+    with pytest.raises(ValueError, match="int4x2 needs a 5- or 8-bit"):
+        QuantLinear(raw, t, shape, scheme="int4x2")
+    with pytest.raises(ValueError, match="2-D weight"):
+        QuantLinear(raw, t, (16 * 1024,))
+    with pytest.raises(ValueError, match="multiple of 256"):
+        QuantLinear(raw, t, (32 * 1024 // 128, 128))
+
+
+def test_odd_output_count_falls_back_from_int4():
+    raw = random_raw(GGMLType.Q4_0, (24, 64), max_scale=0.05)  # the int4 packer needs out % 16 == 0
+    layer = QuantLinear(raw, GGMLType.Q4_0, (24, 64))
+    assert layer.scheme == "int8"
+    x = torch.randn(2, 64)
+    ref = x.double() @ dequantize(raw, GGMLType.Q4_0, (24, 64)).double().t()
+    assert _errors(layer(x), ref)[0] < 3e-2
+
+
+def test_embedding_gathers_rows_without_copying(files):
+    gf = files["default"]
+    info = gf.info("token_embd.weight")
+    shape, raw = torch_shape(info), gf.raw("token_embd.weight")
+    emb = QuantEmbedding(raw, info.ggml_type, shape)
+    assert emb.weight_bytes == raw.nbytes and emb.table.data_ptr() == raw.ctypes.data  # the mmap itself
+    ids = torch.tensor([[2, 105, 262143], [0, 0, 7]])
+    out = emb(ids)
+    assert out.shape == (2, 3, 640) and out.dtype == torch.float32
+    rb = row_nbytes(info.ggml_type, shape[1])
+    for r in (2, 262143, 7):
+        row = dequantize(raw[r * rb : (r + 1) * rb], info.ggml_type, (shape[1],))
+        assert torch.equal(out[ids == r][0], row)
+    with pytest.raises(IndexError):
+        emb(torch.tensor([shape[0]]))
+    with pytest.raises(ValueError, match="needs"):
+        QuantEmbedding(np.asarray(raw)[:-1], info.ggml_type, shape)
+
+
+@pytest.mark.parametrize("n", [128, 80])
+def test_int4_packing_matches_torch_packer(n):
+    q = torch.randint(0, 16, (n, 96), generator=torch.Generator().manual_seed(n), dtype=torch.uint8)
+    ref = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
+    assert torch.equal(linear.pack_int4_codes(q), ref)
