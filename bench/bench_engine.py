@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llamacpp_ref import llama_bin_dir  # noqa: E402
+from llamacpp_ref import llama_bin_dir
 
-from bolt_ros.engine.default_models import resolve_model  # noqa: E402
+from bolt_ros.engine.default_models import resolve_model
 
 
 def ours(model: str, pp: int, tg: int, threads: int, repeats: int) -> dict:

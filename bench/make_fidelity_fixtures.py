@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llamacpp_ref import LlamaServer  # noqa: E402
+from llamacpp_ref import LlamaServer
 
-from bolt_ros.engine.default_models import resolve_model  # noqa: E402
+from bolt_ros.engine.default_models import resolve_model
 
 PROMPTS = [
     "The capital of France is",

@@ -8,13 +8,12 @@ list_animations) moves it kinematically, and robot_state_publisher turns joint_s
 from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, GroupAction, IncludeLaunchDescription
 from launch.conditions import IfCondition
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node, PushRosNamespace
-
-from launch import LaunchDescription
 
 
 def generate_launch_description():

@@ -21,7 +21,7 @@ def rss_mib() -> float:
 def _prompt(engine: Engine, n: int, seed: int = 0) -> list[int]:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, min(engine.tok.vocab_size, 30000), (n,), generator=g).tolist()
-    return ([engine.tok.bos_id] + ids[1:]) if engine.tok.bos_id is not None else ids
+    return [engine.tok.bos_id, *ids[1:]] if engine.tok.bos_id is not None else ids
 
 
 def run_bench(model: str, *, prompt_tokens: int = 512, gen_tokens: int = 128, threads: int | None = None,
