@@ -1,9 +1,10 @@
 """Overhead of the assistant graph itself (no model): p50/p99 over many turns, in milliseconds.
 
-    python bench/bench_graph.py [--runs 200] [--json out.json]
+    python bench/bench_graph.py [--runs 200] [--robot-process] [--json out.json]
 
-One process: the simulated robot and the assistant (scripted backend: replies instantly, so only the graph's
-own work is measured) on a MultiThreadedExecutor; a probe publishes utterances on speech/transcript.
+One process (bringup's layout): the simulated robot and the assistant (scripted backend: replies instantly, so
+only the graph's own work is measured) on a MultiThreadedExecutor; a probe publishes utterances on
+speech/transcript. --robot-process runs the simulated robot in its own process instead (the launch file's layout).
   utterance_to_request  transcript callback -> the engine request is issued (worker hand-off, prompt building)
   call_to_goal_sent     tool call parsed -> goal validated, built and handed to rclpy (the router's own work)
   call_to_accepted      tool call parsed -> goal accepted by the robot's action server (+ rclpy's goal service
@@ -17,7 +18,9 @@ import argparse
 import json
 import os
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -60,15 +63,21 @@ def percentiles(xs) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--robot-process", action="store_true", help="the simulated robot in a separate process")
     ap.add_argument("--json", help="write the numbers here")
     args = ap.parse_args(argv)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ["ROS_DOMAIN_ID"] = str(random.randint(100, 200))
     ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=random.randint(100, 200))
+    rclpy.init(context=ctx, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
     params = load_params_file(package_file("config/assistant.yaml"), "assistant_node")
     params["tools"] += GLANCE
     cfg = from_ros_parameters(params)
-    nodes = make_sim_robot_nodes(context=ctx)
+    robot = None
+    if args.robot_process:
+        robot = subprocess.Popen([sys.executable, "-m", "bolt_ros.nodes.sim_robot"], env=os.environ.copy(),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nodes = [] if robot else make_sim_robot_nodes(context=ctx)
     assistant = AssistantNode(cfg, backend=ScriptedBackend(SCRIPT), context=ctx)
     probe = rclpy.create_node("bench_probe", context=ctx)
     idle = threading.Event()
@@ -82,7 +91,7 @@ def main(argv=None) -> int:
     spinner = threading.Thread(target=lambda: [ex.spin_once(0.05) for _ in iter(stop.is_set, True)], daemon=True)
     spinner.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not (pub.get_subscription_count() and assistant.router._clients["glance"].server_is_ready()):
             if time.monotonic() > deadline:
                 raise SystemExit("graph did not connect")
@@ -106,6 +115,9 @@ def main(argv=None) -> int:
             getattr(n, "close", lambda: None)()
         ex.shutdown(2)
         rclpy.try_shutdown(context=ctx)
+        if robot is not None:
+            robot.send_signal(signal.SIGINT)
+            robot.wait(10)
     print(f"{'metric':<22}{'n':>6}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     for k, r in results.items():
         print(f"{k:<22}{r['n']:>6}{r['p50']:>10.3f}{r['p99']:>10.3f}{r['max']:>10.3f}")

@@ -33,7 +33,7 @@ def _ids(text: str) -> list[int]:
 def _engine(args, **kw):
     from .engine.generate import Engine
     return Engine.load(args.model, n_ctx=args.ctx, threads=args.threads, progress=sys.stderr.isatty(),
-                       draft=getattr(args, "draft", None), **kw)
+                       draft=getattr(args, "draft", None), device=args.device, **kw)
 
 
 def _sampling(args):
@@ -121,9 +121,9 @@ def _prompt_ids(args, engine) -> list[int]:
 
 def cmd_generate(args) -> int:
     from .engine.generate import GenerationResult
+    params = _sampling(args)  # validate before spending seconds on loading
     engine = _engine(args)
     ids = _prompt_ids(args, engine)
-    params = _sampling(args)
     if args.chat:
         params.stop_token_ids.extend(sorted(engine.chat_format.stop_token_ids))
     result = None
@@ -157,9 +157,9 @@ def cmd_logprobs(args) -> int:
 
 def cmd_chat(args) -> int:
     from .engine.chat_session import ChatSession
+    params = _sampling(args)
     engine = _engine(args)
     chat = ChatSession(engine, system=args.system)
-    params = _sampling(args)
     print(f"bolt chat: {engine.gguf.path.name} ({engine.cfg.arch}). Empty line or Ctrl-D quits.", file=sys.stderr)
     while True:
         try:
@@ -187,7 +187,8 @@ def cmd_chat(args) -> int:
 def cmd_bench(args) -> int:
     from .engine.bench import run_bench
     result = run_bench(args.model, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
-                       threads=args.threads, draft=args.draft, repeats=args.repeats, n_ctx=args.ctx)
+                       threads=args.threads, draft=args.draft, repeats=args.repeats, n_ctx=args.ctx,
+                       device=args.device)
     if args.json:
         print(json.dumps(result))
     else:
@@ -211,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     def runtime_args(p):
         p.add_argument("--threads", "-t", type=int, default=None)
         p.add_argument("--ctx", type=int, default=4096, help="context length (tokens)")
+        p.add_argument("--device", default="cpu",
+                       help="cpu (torch kernels) or cuda[:N] (Triton kernels + CUDA graphs; BOLT_KERNELS overrides)")
 
     def sampling_args(p):
         p.add_argument("--max-tokens", "-n", type=int, default=128)
@@ -291,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args) or 0
     except (CLIError, GGUFError, ModelNotFound, ValueError) as e:
-        print(f"bolt: error: {e}", file=sys.stderr)
+        msg = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        print(f"bolt: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -15,6 +15,9 @@ from collections.abc import Callable
 
 import pytest
 
+# No GPU in the test environment: Triton kernels run in its interpreter. This must be set before any test module
+# imports triton (the engine imports the kernels lazily, but collection order is not ours to choose).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ["ROS_DOMAIN_ID"] = os.environ.get("BOLT_TEST_DOMAIN_ID") or str(random.SystemRandom().randint(1, 200))
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 

@@ -27,6 +27,16 @@ def test_chat_answer_is_sensible(engine):
     assert res.timings.ttft_s > 0 and res.timings.prefill_tokens == len(res.prompt_ids)
 
 
+def close_logprobs(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Same next-token choice and nearly the same distribution. The fast path multiplies in bf16 (as llama.cpp
+    quantizes activations), so batched and one-token steps differ by rounding, not by more."""
+    la, lb = torch.log_softmax(a.float(), -1), torch.log_softmax(b.float(), -1)
+    assert torch.equal(la.argmax(-1), lb.argmax(-1))
+    top = la.topk(20, dim=-1).indices  # where the probability mass is
+    diff = (la.gather(-1, top) - lb.gather(-1, top)).abs()
+    assert diff.mean() < 0.05 and diff.max() < 0.5, (diff.mean(), diff.max())
+
+
 def test_batched_prefill_matches_incremental_decode(engine):
     ids = chat_ids(engine, "Name three colours.")
     s = engine.new_session()
@@ -34,8 +44,7 @@ def test_batched_prefill_matches_incremental_decode(engine):
     s2 = engine.new_session()
     engine.forward(s2, ids[:-4])
     steps = torch.stack([engine.forward(s2, [t]) for t in ids[-4:]])
-    torch.testing.assert_close(steps, full[-4:], rtol=1e-3, atol=2e-2)
-    assert torch.equal(steps.argmax(-1), full[-4:].argmax(-1))
+    close_logprobs(steps, full[-4:])
 
 
 def test_streaming_reassembles_text_and_never_splits_utf8(engine):
@@ -101,7 +110,7 @@ def test_prefix_reuse_gives_same_logits_as_fresh_prefill(engine):
     reused = engine.prefill(s, b)
     assert s.last_prefill < len(b)
     fresh = engine.prefill(engine.new_session(), b)
-    torch.testing.assert_close(reused, fresh, rtol=1e-3, atol=2e-2)
+    close_logprobs(reused[None], fresh[None])
 
 
 def test_seeded_sampling_is_reproducible_and_varies_with_seed(engine):

@@ -1,13 +1,14 @@
 """Backend on our own engine (bolt_ros.engine), with an optional DFlash drafter.
 
-Written against the engine's intended API (Engine.load / chat_session / session.stream yielding chat_format
-events and a final stats object); this adapter is the only place that knows it. The session is kept across
-calls so the engine can reuse the KV cache of the unchanged prompt prefix; it is rebuilt when the system prompt
-changes.
+One engine ChatSession (one KV cache) serves every call. It is created without a system prompt of its own: the
+messages always carry theirs, so the engine's prefix reuse keeps the cached system prompt and history across
+turns, and a changed system prompt (a parameter update) only re-runs what follows the first differing token
+instead of starting a new cache.
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from collections.abc import Iterator
 
@@ -19,56 +20,52 @@ from bolt_ros.assistant.backend import (
     ThoughtDelta,
     ToolCallRequest,
 )
+from bolt_ros.engine.chat_format import TextEvent, ThoughtEvent, ToolCallEvent
+from bolt_ros.engine.chat_session import ChatStats
+from bolt_ros.engine.sampling import SamplingParams
 
 
 class EmbeddedBackend:
-    def __init__(self, engine, sampling):
+    def __init__(self, engine, sampling: SamplingParams):
         self.engine = engine
         self.sampling = sampling
-        self._session = None
-        self._system: str | None = None
-        self._ids = 0
+        self.session = engine.chat_session(system=None)
+        self._ids = itertools.count(1)
 
     @classmethod
     def from_config(cls, cfg) -> EmbeddedBackend:
+        from bolt_ros.engine.default_models import resolve_model
+        from bolt_ros.engine.generate import Engine
+
         try:
-            from bolt_ros.engine.default_models import resolve_model
-            from bolt_ros.engine.generate import Engine
-            from bolt_ros.engine.sampling import SamplingParams
-        except ImportError as e:
-            raise BackendError(f"the embedded backend needs bolt_ros.engine ({e}); use backend.kind: openai "
-                               "or scripted meanwhile") from e
-        draft = resolve_model(cfg.draft_path) if cfg.draft_path else None
-        engine = Engine.load(resolve_model(cfg.model_path), draft=draft)
+            model = resolve_model(cfg.model_path)
+            draft = resolve_model(cfg.draft_path) if cfg.draft_path else None
+            engine = Engine.load(model, draft=draft)
+        except (OSError, ValueError) as e:  # GGUFError is a ValueError; a missing file an OSError
+            raise BackendError(f"embedded backend: cannot load model {cfg.model_path!r}"
+                               + (f" with drafter {cfg.draft_path!r}" if cfg.draft_path else "") + f": {e}") from e
         sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                                   seed=None if cfg.seed < 0 else cfg.seed)
         return cls(engine, sampling)
 
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
                     cancel: threading.Event) -> Iterator[BackendEvent]:
-        system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
-        if self._session is None or system != self._system:
-            self._session, self._system = self.engine.chat_session(system=system), system
-        rest = messages[1:] if system else messages
-        for ev in self._session.stream(rest, tools=tools or None, enable_thinking=enable_thinking,
-                                       sampling=self.sampling, cancel=cancel):
-            out = self._convert(ev)
-            if out is not None:
-                yield out
+        # the engine holds the session's lock while it generates: calls on the one cache never interleave
+        for ev in self.session.stream(messages, tools=tools or None, enable_thinking=enable_thinking,
+                                      sampling=self.sampling, cancel=cancel):
+            yield self._convert(ev)
 
-    def _convert(self, ev) -> BackendEvent | None:
-        kind = type(ev).__name__
-        if kind == "TextEvent":
+    def _convert(self, ev) -> BackendEvent:
+        if isinstance(ev, TextEvent):
             return TextDelta(ev.text)
-        if kind == "ThoughtEvent":
+        if isinstance(ev, ThoughtEvent):
             return ThoughtDelta(ev.text)
-        if kind == "ToolCallEvent":
-            self._ids += 1
-            args = getattr(ev, "arguments", None)
-            err = getattr(ev, "error", None)
-            return ToolCallRequest(getattr(ev, "id", None) or f"call_{self._ids}", getattr(ev, "name", "") or "",
-                                   args if isinstance(args, dict) else None, raw=getattr(ev, "raw", "") or "",
-                                   error=err or (None if isinstance(args, dict) else "arguments are not an object"))
-        # anything else is the final stats object (dataclass or dict)
-        stats = dataclasses.asdict(ev) if dataclasses.is_dataclass(ev) else dict(ev) if isinstance(ev, dict) else {}
-        return Finished(stats) if stats else None
+        if isinstance(ev, ToolCallEvent):
+            args = ev.arguments if isinstance(ev.arguments, dict) else None
+            error = ev.error or (None if args is not None else "arguments are not a JSON object")
+            return ToolCallRequest(f"call_{next(self._ids)}", ev.name or "", args, raw=ev.raw or "", error=error)
+        if isinstance(ev, ChatStats):
+            stats = dataclasses.asdict(ev)
+            del stats["text"]  # the reply itself already went out as TextDeltas
+            return Finished(stats)
+        raise BackendError(f"embedded backend: unexpected engine event {type(ev).__name__}")

@@ -25,9 +25,9 @@ def _prompt(engine: Engine, n: int, seed: int = 0) -> list[int]:
 
 
 def run_bench(model: str, *, prompt_tokens: int = 512, gen_tokens: int = 128, threads: int | None = None,
-              draft: str | None = None, repeats: int = 1, n_ctx: int = 4096) -> dict:
+              draft: str | None = None, repeats: int = 1, n_ctx: int = 4096, device: str = "cpu") -> dict:
     n_ctx = max(n_ctx, prompt_tokens + gen_tokens + 16)
-    engine = Engine.load(model, n_ctx=n_ctx, threads=threads, draft=draft)
+    engine = Engine.load(model, n_ctx=n_ctx, threads=threads, draft=draft, device=device)
     out = {"model": engine.gguf.path.name, "threads": torch.get_num_threads(), "load_s": round(engine.load_s, 3),
            "rss_mib_after_load": round(rss_mib(), 1),
            "gguf_mib": round(engine.gguf.path.stat().st_size / 2**20, 1)}

@@ -18,6 +18,7 @@ import torch
 from .chat_format import ChatFormat
 from .config import ModelConfig, config_from_gguf
 from .default_models import resolve_model
+from .device import graph_decoder
 from .gguf_file import GGUFFile
 from .kv_cache import KVCache
 from .model import Transformer
@@ -155,6 +156,10 @@ class Engine:
 
     def forward(self, session: Session, ids: list[int], *, logits: str = "last") -> torch.Tensor:
         """Append ids to the session (chunked to the cache's step size); logits of the last (or every) token."""
+        if len(ids) == 1 and logits == "last" and (graph := graph_decoder(self.model, session.cache)) is not None:
+            out = graph.step(ids[0])  # CUDA: one graph replay per token
+            session.tokens.extend(ids)
+            return out
         out = []
         step = session.cache.max_step
         for i in range(0, len(ids), step):

@@ -14,10 +14,12 @@ from .config import ModelConfig
 
 
 class LayerCache:
-    def __init__(self, n_kv: int, n_slots: int, head_dim: int, dtype: torch.dtype, ring: bool):
-        self.k = torch.zeros(n_kv, n_slots, head_dim, dtype=dtype)  # [n_kv, S, hd]
-        self.v = torch.zeros(n_kv, n_slots, head_dim, dtype=dtype)
-        self.pos = torch.full((n_slots,), -1, dtype=torch.long)  # [S] position held by each slot, -1 = empty
+    def __init__(self, n_kv: int, n_slots: int, head_dim: int, dtype: torch.dtype, ring: bool,
+                 device: torch.device | str = "cpu"):
+        self.k = torch.zeros(n_kv, n_slots, head_dim, dtype=dtype, device=device)  # [n_kv, S, hd]
+        self.v = torch.zeros(n_kv, n_slots, head_dim, dtype=dtype, device=device)
+        # [S] position held by each slot, -1 = empty
+        self.pos = torch.full((n_slots,), -1, dtype=torch.long, device=device)
         self.ring = ring
 
     @property
@@ -45,21 +47,24 @@ class LayerCache:
         return self.k[:, :end], self.v[:, :end], self.pos[:end]
 
     def truncate(self, n: int) -> None:
-        self.pos[self.pos >= n] = -1
+        self.pos.masked_fill_(self.pos >= n, -1)  # no boolean indexing: no host sync on a GPU
 
 
 class KVCache:
     """The cache of one sequence. `n_past` positions are committed; `truncate(n)` rolls back to n."""
 
-    def __init__(self, cfg: ModelConfig, n_ctx: int, max_step: int = 512, dtype: torch.dtype = torch.float32):
+    def __init__(self, cfg: ModelConfig, n_ctx: int, max_step: int = 512, dtype: torch.dtype = torch.float32, *,
+                 device: torch.device | str = "cpu", flat: bool = False):
+        """flat: every layer indexes slots by position (no rings), as the Triton attention kernels read them."""
         self.cfg, self.n_ctx, self.max_step = cfg, n_ctx, max_step
         self.layers: list[LayerCache | None] = []
         for il in range(cfg.n_layer):
             if not cfg.owns_kv(il):
                 self.layers.append(None)
                 continue
-            n_slots = cfg.kv_slots(il, n_ctx, max_step)  # fewer than n_ctx only for a sliding layer's ring
-            self.layers.append(LayerCache(cfg.n_head_kv[il], n_slots, cfg.head_dim[il], dtype, n_slots < n_ctx))
+            n_slots = n_ctx if flat else cfg.kv_slots(il, n_ctx, max_step)  # < n_ctx only for a sliding ring
+            self.layers.append(LayerCache(cfg.n_head_kv[il], n_slots, cfg.head_dim[il], dtype, n_slots < n_ctx,
+                                          device))
         self.n_past = 0
 
     def layer(self, il: int) -> LayerCache:

@@ -26,7 +26,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .quants import GGML_BLOCK, GGMLType, as_uint8, dequantize, dequantize_blocks, dequantize_rows, row_nbytes
+from .quants import (
+    GGML_BLOCK,
+    GGMLType,
+    _bits,
+    _bits_le32,
+    _f16,
+    _k_scale_min,
+    _nibbles,
+    as_uint8,
+    dequantize,
+    dequantize_blocks,
+    dequantize_rows,
+    row_nbytes,
+)
 from .quants import type_name as _type_name
 
 Policy = Literal["fast", "exact", "gguf"]
@@ -38,6 +51,7 @@ GROUP = 32  # int4 kernel group size = the legacy block size = the K-quant sub-b
 # the int4/int8 kernels cost ~linear in T (1 thread, 640x2048 Q4_K: int4 19.9 ms vs dequantize 4 ms + fp32 8.8 ms at
 # T=512; int4 2.5 ms vs 4 + 1.4 ms at T=64), and the dense result is exact. Never for the vocab-sized head.
 PREFILL_DENSE_ROWS = 128
+HEAD_REFINE = 16  # output-head candidates per row recomputed exactly (see QuantLinear._refine_top)
 _CHUNK_ROWS = 8192  # repack this many output rows at a time: bounds load-time temporaries for the 262144-row head
 
 # "fast" policy per ggml type: the fastest form whose error stays at bf16-rounding level where one exists.
@@ -57,6 +71,9 @@ FAST_SCHEME: dict[int, str] = {
     GGMLType.F16: "f32",
     GGMLType.F32: "f32",
 }
+# types the fused GGUF kernels read (= kernels.qmatmul.SUPPORTED_TYPES; not imported: CPU users never load Triton)
+GGUF_KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
+                     GGMLType.Q5_K, GGMLType.Q6_K)
 # types whose 32-blocks split exactly into int4 codes (see _int4_parts)
 _INT4_EXACT = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q4_K)
 _INT4X2_EXACT = (GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q5_K, GGMLType.Q8_0)
@@ -67,34 +84,14 @@ _INT4X2_EXACT = (GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q5_K, GGMLType.Q8_0)
 Int4Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # q [R, K] uint8 in 0..15, s [R, K/32], z [R, K/32] f32
 
 
-def _f16(b: torch.Tensor, at: int) -> torch.Tensor:
-    return b[:, at : at + 2].contiguous().view(torch.float16).float()  # [n, 1]
-
-
 def _lo_nibbles(b: torch.Tensor, width: int) -> torch.Tensor:
     """[n, m] bytes -> [n, 2m] codes: each `width`-byte run gives its low nibbles, then its high nibbles."""
-    n = b.shape[0]
-    return torch.stack([b.reshape(n, -1, width) & 0x0F, b.reshape(n, -1, width) >> 4], dim=2).reshape(n, -1)
+    return _nibbles(b, width).reshape(b.shape[0], -1)
 
 
 def _le_bits(qh: torch.Tensor, width: int) -> torch.Tensor:
     """[n, m] bytes -> [n, 8m] bits: for each `width`-byte run, bit 0 of every byte, then bit 1, ..."""
-    n = qh.shape[0]
-    sh = torch.arange(8, dtype=torch.uint8).view(1, 1, 8, 1)
-    return ((qh.reshape(n, -1, 1, width) >> sh) & 1).reshape(n, -1)
-
-
-def _u32_bits(qh: torch.Tensor) -> torch.Tensor:
-    """[n, 4] bytes of a little-endian uint32 -> [n, 32] bits, bit i at column i."""
-    sh = torch.arange(8, dtype=torch.uint8).view(1, 1, 8)
-    return ((qh.reshape(-1, 4, 1) >> sh) & 1).reshape(-1, 32)
-
-
-def _k_scale_min(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    d, m, md = s[:, 0:4], s[:, 4:8], s[:, 8:12]
-    sc = torch.cat([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], dim=1).float()
-    mn = torch.cat([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], dim=1).float()
-    return sc, mn  # [n, 8] each
+    return _bits(qh, width).reshape(qh.shape[0], -1)
 
 
 def _int4_parts(blocks: torch.Tensor, t: int, rows: int) -> list[Int4Part]:
@@ -111,20 +108,20 @@ def _int4_parts(blocks: torch.Tensor, t: int, rows: int) -> list[Int4Part]:
         d = _f16(blocks, 0)
         return [part(_lo_nibbles(blocks[:, 4:], 16), d, 8 * d + _f16(blocks, 2))]
     if t == GGMLType.Q4_K:  # per sub-block j: (d sc_j) q - dmin m_j
-        sc, mn = _k_scale_min(blocks[:, 4:16])
+        sc, mn = (t.float() for t in _k_scale_min(blocks[:, 4:16]))
         s = _f16(blocks, 0) * sc
         return [part(_lo_nibbles(blocks[:, 16:], 32), s, 8 * s - _f16(blocks, 2) * mn)]
     # 5- and 8-bit codes: q = lo + 16 hi; the low nibble is one int4 part, (hi + 8) with scale 16 s the other
     if t == GGMLType.Q5_0:  # (q - 16) d = (lo - 8) d + (hi + 8 - 8) 16 d - 8 d
         d = _f16(blocks, 0)
-        hi = _u32_bits(blocks[:, 2:6])
+        hi = _bits_le32(blocks[:, 2:6])
         return [part(_lo_nibbles(blocks[:, 6:], 16), d, zero), part(hi + 8, 16 * d, -8 * d)]
     if t == GGMLType.Q5_1:  # d q + m
         d = _f16(blocks, 0)
-        hi = _u32_bits(blocks[:, 4:8])
+        hi = _bits_le32(blocks[:, 4:8])
         return [part(_lo_nibbles(blocks[:, 8:], 16), d, 8 * d + _f16(blocks, 2)), part(hi + 8, 16 * d, zero)]
     if t == GGMLType.Q5_K:
-        sc, mn = _k_scale_min(blocks[:, 4:16])
+        sc, mn = (t.float() for t in _k_scale_min(blocks[:, 4:16]))
         s = _f16(blocks, 0) * sc
         hi = _le_bits(blocks[:, 16:48], 32)
         return [part(_lo_nibbles(blocks[:, 48:], 32), s, 8 * s - _f16(blocks, 2) * mn),
@@ -199,9 +196,9 @@ def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy) -> str:
     """The storage form for `policy`; falls back where a kernel's shape rule isn't met."""
     if policy == "exact":
         return "f32"
-    if policy == "gguf":
+    if policy == "gguf" and ggml_type in GGUF_KERNEL_TYPES:
         return "gguf"
-    scheme = FAST_SCHEME[ggml_type]
+    scheme = FAST_SCHEME[ggml_type]  # and for types the fused kernels don't read (F16, BF16, Q2_K, ...)
     n_out, n_in = shape
     if scheme.startswith("int4") and (n_out % 16 or n_in % GROUP):  # the int4 packer needs N % 16 == 0
         scheme = "int8"
@@ -323,7 +320,21 @@ class QuantLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)  # [T, in]
         y = self._matmul(x2) if x2.shape[0] else x2.new_zeros((0, self.out_features), dtype=torch.float32)
+        if self.role == "head" and self.scheme in ("bf16", "int4", "int4x2", "int8") and x2.shape[0]:
+            y = self._refine_top(x2, y)
         return y.reshape(*lead, self.out_features)
+
+    def _refine_top(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Exact fp32 logits for each row's HEAD_REFINE best candidates.
+
+        The bf16-output kernels round logits of ~20 to steps of 0.125, which turns near-ties into exact ties and
+        flips argmax; the candidates that decide greedy and top-k/top-p choices get exact dot products (a few rows
+        of the GGUF table dequantized: ~0.1 ms)."""
+        T = x.shape[0]
+        idx = y.topk(min(HEAD_REFINE, self.out_features), dim=-1).indices  # [T, R]
+        rows = dequantize_rows(self._raw, self.ggml_type, self.shape, idx.reshape(-1))  # [T*R, in]
+        exact = torch.bmm(rows.view(T, -1, self.in_features), x.float()[:, :, None])[..., 0]  # [T, R]
+        return y.scatter(-1, idx, exact)
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         s = self.scheme
@@ -388,6 +399,10 @@ class QuantEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [...] int -> [..., width] float32."""
+        if self.table.is_cuda:  # no host-side range check (a sync per token; CUDA graphs forbid it): device asserts
+            picked = self.table.index_select(0, ids.reshape(-1).to(self.table.device))  # [R, row_bytes]
+            rows = dequantize_blocks(picked.reshape(-1, GGML_BLOCK[self.ggml_type][1]), self.ggml_type)
+            return rows.reshape(*ids.shape, self.embedding_dim)
         rows = dequantize_rows(self.table, self.ggml_type, (self.num_embeddings, self.embedding_dim),
                                ids.to(self.table.device))
         return rows.reshape(*ids.shape, self.embedding_dim)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .device import kernel_attention, kernel_block, kernel_head, spans
 from .kv_cache import KVCache
 from .linear import QuantLinear
 from .weights import WeightStore
@@ -84,6 +85,7 @@ class Block(nn.Module):
         self.il, self.cfg = il, cfg
         self.n_head, self.n_kv, self.hd = cfg.n_head, cfg.n_head_kv[il], cfg.head_dim[il]
         self.owns_kv = cfg.owns_kv(il)
+        self.kernels = w.kernels  # Triton kernels instead of the torch code below (device.kernels_on)
         self.attn_norm = w.vector(p + "attn_norm.weight")
         wq = w.linear(p + "attn_q.weight")
         if self.owns_kv:
@@ -111,6 +113,8 @@ class Block(nn.Module):
         return F.silu(x) if self.cfg.activation == "silu" else F.gelu(x, approximate="tanh")
 
     def attention(self, x, positions, cache: KVCache, rope: Rope, cs, mask) -> torch.Tensor:
+        if self.kernels:
+            return kernel_attention(self, x, positions, cache, rope, mask)
         cfg, T = self.cfg, x.shape[0]
         nq, nkv = self.n_head * self.hd, self.n_kv * self.hd
         qkv = self.wqkv(x)  # [T, nq (+ 2 * nkv)]
@@ -132,6 +136,8 @@ class Block(nn.Module):
         return self.wo(o.transpose(0, 1).reshape(T, self.n_head * self.hd))
 
     def forward(self, h, positions, cache, rope, cs, mask, ple) -> torch.Tensor:
+        if self.kernels:  # mask is a device.Span there, cs unused
+            return kernel_block(self, h, positions, cache, rope, mask, ple)
         cfg = self.cfg
         a = self.attention(rms_norm(h, self.attn_norm, cfg.rms_eps), positions, cache, rope, cs, mask)
         h = h + (rms_norm(a, self.post_attn_norm, cfg.rms_eps) if cfg.post_norms else a)
@@ -157,6 +163,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, w: WeightStore):
         super().__init__()
         self.cfg = cfg
+        self.device, self.kernels = w.device, w.kernels
         self.tok_embd = w.embedding("token_embd.weight")
         self.blocks = nn.ModuleList(Block(cfg, il, w) for il in range(cfg.n_layer))
         self.out_norm = w.vector("output_norm.weight")
@@ -178,7 +185,7 @@ class Transformer(nn.Module):
             self.ple_proj_norm = w.vector("per_layer_proj_norm.weight")
 
     def new_cache(self, n_ctx: int, max_step: int = 512, dtype: torch.dtype = torch.float32) -> KVCache:
-        return KVCache(self.cfg, n_ctx, max_step, dtype)
+        return KVCache(self.cfg, n_ctx, max_step, dtype, device=self.device, flat=self.kernels)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.tok_embd(tokens) * self.cfg.embed_scale  # [T, n_embd]
@@ -221,10 +228,10 @@ class Transformer(nn.Module):
         start = cache.n_past
         if start + T > cache.n_ctx:
             raise ValueError(f"context full: {start} + {T} tokens > n_ctx {cache.n_ctx}")
-        positions = torch.arange(start, start + T)
+        positions = torch.arange(start, start + T, device=self.device)
         e = self.embed(tokens) if embeddings is None else embeddings
         ple = self.per_layer_inputs(tokens, e) if cfg.ple_dim else None
-        masks = self.masks(positions, cache)
+        masks = spans(cfg, start, start + T) if self.kernels else self.masks(positions, cache)
         cs_cache: dict[int, tuple] = {}
         hidden: dict[int, torch.Tensor] = {}
         h = e
@@ -240,7 +247,7 @@ class Transformer(nn.Module):
                 hidden[il] = h
             rope = self.ropes[il]
             cs = cs_cache.get(id(rope))
-            if cs is None:
+            if cs is None and not self.kernels:
                 cs = cs_cache[id(rope)] = rope.cos_sin(positions)
             h = block(h, positions, cache, rope, cs, masks[cfg.swa[il]], ple)
         if cfg.n_layer in capture:
@@ -253,6 +260,8 @@ class Transformer(nn.Module):
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm, output projection and softcap: [T, n_embd] -> [T, vocab]."""
+        if self.kernels:
+            return kernel_head(self, h)
         out = self.output(rms_norm(h, self.out_norm, self.cfg.rms_eps))
         if self.cfg.final_softcap:
             cap = self.cfg.final_softcap

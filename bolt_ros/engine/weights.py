@@ -1,8 +1,9 @@
 """Where the model gets its tensors: GGUF bytes -> norm vectors, packed linears and row-gather embeddings.
 
-The policy decides how matrices are held: "fast" keeps them packed for the CPU/GPU matmul path, "exact" dequantizes
-to fp32 (numerical references and tests). Embedding tables stay in their GGUF blocks and dequantize only looked-up rows,
-so a tied table serves both the lookup and the output head without an fp32 copy.
+The policy decides how matrices are held: "fast" keeps them packed for the CPU matmul path (and means "gguf", the raw
+blocks for the fused Triton kernels, where device.kernels_on), "exact" dequantizes to fp32 (numerical references).
+Embedding tables stay in their GGUF blocks and dequantize only looked-up rows, so a tied table serves both the lookup
+and the output head without an fp32 copy.
 """
 from __future__ import annotations
 
@@ -12,19 +13,22 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from .device import kernels_on, weight_policy
 from .gguf_file import GGUFError, GGUFFile, torch_shape
 from .linear import QuantEmbedding, QuantLinear
 from .quants import dequantize
 
-Policy = Literal["fast", "exact"]
+Policy = Literal["fast", "exact", "gguf"]
 
 
 class WeightStore:
     def __init__(self, gf: GGUFFile, policy: Policy = "fast", device: str | torch.device = "cpu",
                  progress: bool = False):
-        if policy not in ("fast", "exact"):
-            raise ValueError(f"unknown weight policy {policy!r} (fast or exact)")
-        self.gf, self.policy, self.device = gf, policy, torch.device(device)
+        if policy not in ("fast", "exact", "gguf"):
+            raise ValueError(f"unknown weight policy {policy!r} (fast, exact or gguf)")
+        self.gf, self.device = gf, torch.device(device)
+        self.kernels = kernels_on(self.device)  # the device switch: models built from this store follow it
+        self.policy = weight_policy(policy, self.device)
         self.used: set[str] = set()
         self.bar = tqdm(total=len(gf.tensors), desc=f"loading {gf.path.name}", unit="tensor", leave=False,
                         disable=not progress)
