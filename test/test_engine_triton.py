@@ -131,6 +131,9 @@ def test_switch_and_cuda_graphs_unavailable_on_cpu(gguf_path, monkeypatch):
     monkeypatch.setenv("BOLT_KERNELS", "triton")
     assert dev.kernels_on("cpu") is True  # allowed: TRITON_INTERPRET=1
     assert dev.weight_policy("fast", "cpu") == "gguf" and dev.weight_policy("exact", "cpu") == "exact"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            dev.kernels_on("cuda")
     monkeypatch.setenv("BOLT_KERNELS", "bogus")
     with pytest.raises(ValueError, match="BOLT_KERNELS"):
         dev.kernels_on("cpu")

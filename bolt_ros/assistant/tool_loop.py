@@ -146,7 +146,8 @@ def _merge_stats(acc: dict, new: dict) -> None:
         if key in new:
             total = n_old + n_new
             acc[key] = (acc.get(key, 0.0) * n_old + new[key] * n_new) / total if total else new[key]
-    for key in ("prompt_tokens", "completion_tokens"):
+    new = {"prefill_tokens": new.get("prompt_tokens", 0), **new}  # a backend without prefix reuse runs it all
+    for key in ("prompt_tokens", "prefill_tokens", "completion_tokens"):
         acc[key] = acc.get(key, 0) + int(new.get(key, 0))
 
 

@@ -25,6 +25,8 @@ import torch.nn.functional as F
 def kernels_on(device: torch.device | str) -> bool:
     """True when a model on `device` runs the Triton kernels."""
     device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device}: no CUDA device available (torch.cuda.is_available() is False)")
     if device.type != "cuda" and os.environ.get("BOLT_KERNELS", "auto").strip().lower() in ("", "auto", "torch"):
         return False  # the common CPU case, decided without importing Triton
     from bolt_ros.kernels.backend import use_triton

@@ -208,11 +208,12 @@ class AssistantNode(Node):
         loop = ToolLoop(self.backend, self.router.call, lambda ev: self._emit(job, ev),
                         max_tool_rounds=cfg.max_tool_rounds)
         user_msg = conv.user_message(job.utterance, scene)
-        self.get_logger().info(f"user: {job.utterance!r}" + (" (thinking)" if job.enable_thinking else ""))
         res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
                        cancel=job.cancel, t0=job.t_received)
         if res.t_request:
             self.latency["utterance_to_request"].append((res.t_request - job.t_received) * 1e3)
+        # logged after the turn: logging before the engine request would sit on the utterance -> request path
+        self.get_logger().info(f"user: {job.utterance!r}" + (" (thinking)" if job.enable_thinking else ""))
         if res.cancelled and job.t_cancel:
             self.latency["barge_in_stop"].append((time.perf_counter() - job.t_cancel) * 1e3)
             self.get_logger().info(f"turn interrupted ({job.interrupted_by}) after {res.stats['total_ms']:.0f} ms")
@@ -283,6 +284,7 @@ def _tool_result_msg(r) -> ToolResult:
 
 def _stats_msg(s: dict) -> GenerationStats:
     return GenerationStats(ttft_ms=float(s.get("ttft_ms", 0.0)), prompt_tokens=int(s.get("prompt_tokens", 0)),
+                           prefill_tokens=int(s.get("prefill_tokens", 0)),
                            completion_tokens=int(s.get("completion_tokens", 0)),
                            tokens_per_second=float(s.get("tokens_per_second", 0.0)),
                            acceptance_length=float(s.get("acceptance_length", 1.0)),
