@@ -51,7 +51,10 @@ GROUP = 32  # int4 kernel group size = the legacy block size = the K-quant sub-b
 # the int4/int8 kernels cost ~linear in T (1 thread, 640x2048 Q4_K: int4 19.9 ms vs dequantize 4 ms + fp32 8.8 ms at
 # T=512; int4 2.5 ms vs 4 + 1.4 ms at T=64), and the dense result is exact. Never for the vocab-sized head.
 PREFILL_DENSE_ROWS = 128
-HEAD_REFINE = 16  # output-head candidates per row recomputed exactly (see QuantLinear._refine_top)
+# output-head candidates recomputed exactly (QuantLinear._refine_top): every logit within HEAD_MARGIN of the row's
+# approximate best (4-bit head error is well below it), at most HEAD_MAX_CANDIDATES per row
+HEAD_MARGIN = 6.0
+HEAD_MAX_CANDIDATES = 256
 _CHUNK_ROWS = 8192  # repack this many output rows at a time: bounds load-time temporaries for the 262144-row head
 
 # "fast" policy per ggml type: the fastest form whose error stays at bf16-rounding level where one exists.
@@ -192,13 +195,15 @@ def _pack_int4(parts_of_chunk: Callable[[torch.Tensor, int], list[Int4Part]], bl
     return packed, sz
 
 
-def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy) -> str:
+def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy, role: str = "matrix") -> str:
     """The storage form for `policy`; falls back where a kernel's shape rule isn't met."""
     if policy == "exact":
         return "f32"
     if policy == "gguf" and ggml_type in GGUF_KERNEL_TYPES:
         return "gguf"
-    scheme = FAST_SCHEME[ggml_type]  # and for types the fused kernels don't read (F16, BF16, Q2_K, ...)
+    # The vocab-sized output head dominates a decode step. It only has to *rank* candidates: the ones near the top
+    # get exact logits from the GGUF rows (_refine_top), so a 4-bit copy (half the bytes of int4x2) serves.
+    scheme = "int4" if role == "head" else FAST_SCHEME[ggml_type]
     n_out, n_in = shape
     if scheme.startswith("int4") and (n_out % 16 or n_in % GROUP):  # the int4 packer needs N % 16 == 0
         scheme = "int8"
@@ -223,7 +228,7 @@ class QuantLinear(nn.Module):
             raise ValueError(f"{_type_name(ggml_type)} weight [{n_out}, {n_in}] needs {rb * n_out} bytes, "
                              f"got {data.numel()}")
         if scheme is None:
-            scheme = pick_scheme(ggml_type, shape, policy)
+            scheme = pick_scheme(ggml_type, shape, policy, role)
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r} (one of {', '.join(SCHEMES)})")
         self.ggml_type, self.in_features, self.out_features = int(ggml_type), n_in, n_out
@@ -325,16 +330,19 @@ class QuantLinear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def _refine_top(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Exact fp32 logits for each row's HEAD_REFINE best candidates.
+        """Exact fp32 logits for every candidate within HEAD_MARGIN of its row's approximate best.
 
-        The bf16-output kernels round logits of ~20 to steps of 0.125, which turns near-ties into exact ties and
-        flips argmax; the candidates that decide greedy and top-k/top-p choices get exact dot products (a few rows
-        of the GGUF table dequantized: ~0.1 ms)."""
-        T = x.shape[0]
-        idx = y.topk(min(HEAD_REFINE, self.out_features), dim=-1).indices  # [T, R]
-        rows = dequantize_rows(self._raw, self.ggml_type, self.shape, idx.reshape(-1))  # [T*R, in]
-        exact = torch.bmm(rows.view(T, -1, self.in_features), x.float()[:, :, None])[..., 0]  # [T, R]
-        return y.scatter(-1, idx, exact)
+        The packed head is approximate (4-bit codes; bf16 outputs that round logits of ~20 to steps of 0.125 and
+        turn near-ties into ties). Candidates that can still be the argmax or carry top-k/top-p mass get exact
+        dot products with their GGUF rows (a few rows dequantized: well under a millisecond)."""
+        near = y >= y.amax(-1, keepdim=True) - HEAD_MARGIN  # [T, V]
+        rows, cols = near.nonzero(as_tuple=True)
+        if cols.numel() > HEAD_MAX_CANDIDATES * y.shape[0]:  # a flat distribution: the best ones are enough
+            cols = y.topk(HEAD_MAX_CANDIDATES, dim=-1).indices.reshape(-1)
+            rows = torch.arange(y.shape[0]).repeat_interleave(HEAD_MAX_CANDIDATES)
+        w = dequantize_rows(self._raw, self.ggml_type, self.shape, cols)  # [C, in]
+        y[rows, cols] = (w * x.float()[rows]).sum(-1)  # y is this call's own output: update in place
+        return y
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         s = self.scheme
