@@ -133,6 +133,8 @@ def test_bringup_console_runs_the_graph_and_stops_on_one_sigint(tmp_path):
         proc.stdin.write("/see a person waving at you\nplease wave back\n")
         proc.stdin.flush()
         wait_line(lambda s: s.startswith("Bolt: That was a happy wiggle."))
+        # events and speech are different topics: their lines may arrive in either order
+        wait_line(lambda s: "[tool] play_animation -> ok" in s)
         out = "".join(lines)
         assert "[camera] a person waving at you" in out and "Bolt: Hello there!" in out
         assert '[tool] play_animation {"name": "happy"}' in out and "[tool] play_animation -> ok" in out

@@ -222,7 +222,9 @@ def test_verify_rows_match_single_token_rows(engines):
     rows = torch.stack([engine.forward(b, [t]) for t in ids[6:]])
     assert torch.equal(batched.argmax(-1), rows.argmax(-1))
     rel = ((batched - rows).abs().max() / rows.abs().max()).item()
-    assert rel < 1e-5, f"batched vs single-token logits differ by {rel:.2e} (relative)"
+    # The fast path's int4 kernels round to bf16 and take a different micro-kernel for 1 row than for several, so
+    # rows differ by bf16 ulps (measured 3e-3); the argmax (what greedy verification compares) must not.
+    assert rel < 1e-2, f"batched vs single-token logits differ by {rel:.2e} (relative)"
 
 
 # --- sampling is lossless -----------------------------------------------------------------------------------------
@@ -296,9 +298,9 @@ def _exact_triples(engine, prompt, params) -> dict:
 def test_sampling_follows_target_distribution(engines):
     engine = engines["agree"]
     prompt = PROMPTS[1]
-    params = SamplingParams(temperature=3.0, top_k=3, max_tokens=3)
+    params = SamplingParams(temperature=3.0, top_k=2, max_tokens=3)  # 8 cells, each expected >= 5 times
     probs = _exact_triples(engine, prompt, params)
-    n = 60  # enough: the biased verifier lands far outside (p ~ 1e-40 at 60 runs, 5e-159 at 200)
+    n = 80
     good = _sampled_triples(engine, prompt, params, n, wrong=False)
     bad = _sampled_triples(engine, prompt, params, n, wrong=True)
     assert _chi2_pvalue(good, probs, n) > 1e-3
