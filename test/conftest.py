@@ -22,6 +22,14 @@ os.environ["ROS_DOMAIN_ID"] = os.environ.get("BOLT_TEST_DOMAIN_ID") or str(rando
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 
 
+def pytest_collection_modifyitems(items):
+    # Tests that assert wall-clock behaviour (rates, <100 ms reactions) get two more tries: on a shared 2-core CI
+    # machine one scheduler stall can exceed a deadline. A real regression fails all three.
+    for item in items:
+        if item.get_closest_marker("realtime"):
+            item.add_marker(pytest.mark.flaky(reruns=2, reruns_delay=1))
+
+
 def wait_for(cond: Callable[[], object], timeout: float = 5.0, what: str = "condition", poll: float = 0.005):
     """Poll cond() until it returns something truthy (returned) or fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -8,6 +8,7 @@ import math
 import threading
 import time
 
+import pytest
 import rclpy
 from action_msgs.msg import GoalStatus, GoalStatusArray
 from bolt_ros.action import Converse
@@ -82,6 +83,7 @@ def test_converse_action_streams_feedback_and_returns_calls_results_and_stats(ro
     cnode.destroy_node()
 
 
+@pytest.mark.realtime
 def test_barge_in_mid_generation_stops_within_100ms_and_the_new_utterance_is_answered(ros):
     script = [{"match": "story", "reply": [{"text": "Once upon a time. " + "and then " * 300}]},
               {"match": "stop", "reply": [{"text": "Okay, stopping."}]}]
@@ -101,6 +103,7 @@ def test_barge_in_mid_generation_stops_within_100ms_and_the_new_utterance_is_ans
     assert backend.requests[-1]["messages"][-2]["content"].startswith("Once upon a time.")
 
 
+@pytest.mark.realtime
 def test_barge_in_mid_motion_cancels_the_running_goal_within_100ms(ros):
     script = [{"match": "look around", "reply": [
         {"tool_call": {"name": "play_animation", "arguments": {"name": "look_around"}}}],

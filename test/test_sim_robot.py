@@ -232,6 +232,7 @@ def goto_goal(duration=0.3, interpolation=0, **joints):
     return GotoPose.Goal(target=pose_to_msg(pose(**joints)), duration=duration, interpolation=interpolation)
 
 
+@pytest.mark.realtime
 def test_joint_states_published_at_50hz_or_more(ros, robot):
     wait_for(lambda: len(robot.states) >= 30, what="30 joint_states")
     msgs = robot.states[-25:]
@@ -266,6 +267,7 @@ def test_play_animation_moves_joints_with_feedback(ros, robot):
     wait_for(lambda: abs(robot.states[-1].position[PITCH]) < 1e-9, 1.0, "back at rest")
 
 
+@pytest.mark.realtime
 def test_animation_goals_queue_and_cancel_stops_the_motion(ros, robot):
     client = action_client(ros, robot, PlayAnimation, "play_animation")
     t0 = time.monotonic()
@@ -345,6 +347,7 @@ def test_goto_clamps_when_configured(ros):
     assert min(m.position[PITCH] for m in states) >= -0.6 - 1e-9
 
 
+@pytest.mark.realtime
 def test_new_goto_preempts_the_running_one(ros, robot):
     client = action_client(ros, robot, GotoPose, "goto_pose")
     _, first = send(ros, client, goto_goal(1.0, head_yaw=1.0))

@@ -26,6 +26,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from .dflash_model import DFlashDraftModel, DraftCache, check_compatible, draft_config_from_gguf
+from .generate import common_prefix
 from .gguf_file import GGUFFile
 from .sampling import Sampler
 from .weights import WeightStore
@@ -93,41 +94,18 @@ class DFlashDecoder:
         self.committed = 0
 
     # --- target passes with feature capture --------------------------------------------------------------------
-    def _run_target(self, ids: list[int], logits: str | None) -> torch.Tensor | None:
-        """Append ids to the target (chunked by the cache's step) and inject their features into the drafter."""
-        cache, out_logits = self.session.cache, None
-        step = cache.max_step
-        for i in range(0, len(ids), step):
-            chunk = ids[i:i + step]
-            last = i + step >= len(ids)
-            out = self.model(torch.tensor(chunk, dtype=torch.long), cache, logits=logits if last else None,
-                             capture=self.drafter.capture)
-            self.session.tokens.extend(chunk)
-            self._inject(out.hidden, chunk)
-            out_logits = out.logits
-        return out_logits
-
     def _inject(self, hidden: dict[int, torch.Tensor], tokens: list[int]) -> None:
         self.drafter.model.inject(self.drafter.features(hidden), self.state.cache)
         self.state.tokens.extend(tokens)
 
     # --- Decoder protocol ----------------------------------------------------------------------------------------
     def prefill(self, ids: list[int]) -> None:
-        if not ids:
-            raise ValueError("empty prompt")
-        if len(ids) >= self.engine.n_ctx:
-            raise ValueError(f"prompt of {len(ids)} tokens does not fit the context ({self.engine.n_ctx})")
-        keep = 0  # the prefix both the target cache and the drafter context already hold
-        for a, b, c in zip(self.session.tokens, self.state.tokens, ids):
-            if not a == b == c:
-                break
-            keep += 1
-        keep = min(keep, len(ids) - 1)
-        self.session.truncate(keep)
+        # reuse only the prefix both the target cache and the drafter context hold
+        keep = min(common_prefix(self.session.tokens, self.state.tokens, ids), max(len(ids) - 1, 0))
         self.state.truncate(keep)
-        self.session.last_prefill = len(ids) - keep
         self.n_prompt = len(ids)
-        self.logits = self._run_target(ids[keep:], "last")[-1]
+        self.logits = self.engine.prefill(self.session, ids, max_reuse=keep, capture=self.drafter.capture,
+                                          on_chunk=self._inject)
         self.pending = None
 
     def step(self, recent: list[int]) -> list[int]:

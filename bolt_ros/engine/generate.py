@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -49,6 +49,16 @@ class Timings:
         return {"load_s": round(self.load_s, 4), "prompt_tokens": self.prompt_tokens,
                 "prefill_tokens": self.prefill_tokens, "ttft_ms": round(self.ttft_s * 1e3, 3),
                 "prefill_tok_s": round(self.prefill_tok_s, 2), "decode_tok_s": round(self.decode_tok_s, 2)}
+
+
+def common_prefix(*seqs: list[int]) -> int:
+    """Length of the prefix all sequences share."""
+    n = 0
+    for items in zip(*seqs):
+        if any(x != items[0] for x in items[1:]):
+            break
+        n += 1
+    return n
 
 
 @dataclass
@@ -154,9 +164,14 @@ class Engine:
     def new_session(self) -> Session:
         return Session(self.model.new_cache(self.n_ctx))
 
-    def forward(self, session: Session, ids: list[int], *, logits: str = "last") -> torch.Tensor:
-        """Append ids to the session (chunked to the cache's step size); logits of the last (or every) token."""
-        if len(ids) == 1 and logits == "last" and (graph := graph_decoder(self.model, session.cache)) is not None:
+    def forward(self, session: Session, ids: list[int], *, logits: str = "last", capture: tuple[int, ...] = (),
+                on_chunk: Callable[[dict, list[int]], None] | None = None) -> torch.Tensor:
+        """Append ids to the session (chunked to the cache's step size); logits of the last (or every) token.
+
+        capture/on_chunk: the residual streams entering these layers are handed to on_chunk(hidden, chunk) after
+        each chunk (DFlash feeds its drafter this way)."""
+        if len(ids) == 1 and logits == "last" and not capture \
+                and (graph := graph_decoder(self.model, session.cache)) is not None:
             out = graph.step(ids[0])  # CUDA: one graph replay per token
             session.tokens.extend(ids)
             return out
@@ -166,27 +181,26 @@ class Engine:
             chunk = ids[i:i + step]
             last = i + step >= len(ids)
             mode = logits if last or logits == "all" else None
-            res = self.model(torch.tensor(chunk, dtype=torch.long), session.cache, logits=mode)
+            res = self.model(torch.tensor(chunk, dtype=torch.long), session.cache, logits=mode, capture=capture)
             session.tokens.extend(chunk)
+            if on_chunk is not None:
+                on_chunk(res.hidden, chunk)
             if res.logits is not None:
                 out.append(res.logits)
         return out[-1][-1] if logits == "last" else torch.cat(out)
 
-    def prefill(self, session: Session, ids: list[int]) -> torch.Tensor:
-        """Logits after `ids`, reusing the longest prefix the session already holds."""
+    def prefill(self, session: Session, ids: list[int], *, max_reuse: int | None = None, **forward_kw) -> torch.Tensor:
+        """Logits after `ids`, reusing the longest prefix the session already holds (at most max_reuse tokens)."""
         if not ids:
             raise ValueError("empty prompt")
         if len(ids) >= self.n_ctx:
             raise ValueError(f"prompt of {len(ids)} tokens does not fit the context ({self.n_ctx})")
-        keep = 0
-        for a, b in zip(session.tokens, ids):
-            if a != b:
-                break
-            keep += 1
-        keep = min(keep, len(ids) - 1)  # always run at least one token to get its logits
+        keep = min(common_prefix(session.tokens, ids), len(ids) - 1)  # run at least one token to get its logits
+        if max_reuse is not None:
+            keep = min(keep, max_reuse)
         session.truncate(keep)
         session.last_prefill = len(ids) - keep
-        return self.forward(session, ids[keep:])
+        return self.forward(session, ids[keep:], **forward_kw)
 
     # --- generation ------------------------------------------------------------------------------------------------
     def stream(self, prompt_ids: list[int], params: SamplingParams | None = None, *, session: Session | None = None,
