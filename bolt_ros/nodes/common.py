@@ -79,10 +79,19 @@ def spin_nodes(nodes: Sequence[Node], *, context: Context | None = None, stop: t
         for n in nodes:
             close = getattr(n, "close", None)
             if close is not None:
-                close()  # wake the nodes' own loops (running goals) before the executor waits for its threads
-        executor.shutdown(timeout_sec=2.0)
+                _quietly(close)  # wake the nodes' own loops (running goals) before the executor waits for its threads
+        _quietly(lambda: executor.shutdown(timeout_sec=2.0))
         for n in nodes:
-            n.destroy_node()
+            _quietly(n.destroy_node)
+
+
+def _quietly(step: Callable[[], object]) -> None:
+    """One shutdown step; a callback still finishing on another thread can make rclpy refuse it ("cannot use
+    Destroyable because destruction was requested"). Shutdown goes on: the process is ending anyway."""
+    try:
+        step()
+    except Exception as e:  # reported, not raised: a clean SIGINT must exit 0
+        print(f"shutdown: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def run_nodes(make_nodes: Callable[[], Sequence[Node]], args: list[str] | None = None) -> int:
