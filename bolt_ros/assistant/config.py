@@ -86,7 +86,7 @@ def to_ros_parameters(cfg: AssistantConfig) -> dict[str, Any]:
 
 def from_ros_parameters(params: dict[str, Any]) -> AssistantConfig:
     """Flat {dotted name: value} (any subset) -> validated config; unknown names are an error."""
-    return AssistantConfig.model_validate(_unflatten(params))
+    return AssistantConfig.model_validate(unflatten(params))
 
 
 def load_params_file(path: str | Path, node_name: str) -> dict[str, Any]:
@@ -114,7 +114,8 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _unflatten(flat: dict[str, Any]) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict:
+    """{'a.b': 1} -> {'a': {'b': 1}}: dotted ROS parameter names back to the nested config shape."""
     out: dict = {}
     for key, v in flat.items():
         node = out

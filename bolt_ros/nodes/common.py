@@ -18,6 +18,8 @@ from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
+from bolt_ros.assistant.config import unflatten
+
 C = TypeVar("C", bound=BaseModel)
 DEFAULT_THREADS = 8  # action servers block a thread per running goal; never leave timers/services starved
 
@@ -34,18 +36,6 @@ def flatten_config(config: BaseModel, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def unflatten_config(flat: dict[str, Any]) -> dict[str, Any]:
-    """Inverse of flatten_config, as plain dicts ready for model_validate."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *parents, leaf = key.split(".")
-        d = out
-        for p in parents:
-            d = d.setdefault(p, {})
-        d[leaf] = value
-    return out
-
-
 def declare_config(node: Node, config: C) -> C:
     """Declare config's fields as parameters of `node` and return the config with the overrides applied.
     Raises ValueError naming the node and the bad parameter."""
@@ -57,7 +47,7 @@ def declare_config(node: Node, config: C) -> C:
             node.declare_parameter(name, value, descriptor)
     values = {name: node.get_parameter(name).value for name in flat}
     try:
-        return type(config).model_validate(unflatten_config(values))
+        return type(config).model_validate(unflatten(values))
     except ValidationError as e:
         raise ValueError(f"node {node.get_name()!r}: invalid parameters:\n{e}") from e
 
