@@ -3,8 +3,9 @@
     python bench/bench_graph.py [--runs 200] [--robot-process] [--json out.json]
 
 One process (bringup's layout): the simulated robot and the assistant (scripted backend: replies instantly, so
-only the graph's own work is measured) on a MultiThreadedExecutor; a probe publishes utterances on
-speech/transcript. --robot-process runs the simulated robot in its own process instead (the launch file's layout).
+only the graph's own work is measured) on one SingleThreadedExecutor, as bringup runs them; a probe publishes
+utterances on speech/transcript.
+--robot-process runs the simulated robot in its own process instead (the launch file's layout).
   utterance_to_request  transcript callback -> the engine request is issued (worker hand-off, prompt building)
   call_to_goal_sent     tool call parsed -> goal validated, built and handed to rclpy (the router's own work)
   call_to_accepted      tool call parsed -> goal accepted by the robot's action server (+ rclpy's goal service
@@ -27,7 +28,7 @@ import time
 
 import rclpy
 from bolt_ros.msg import AssistantEvent
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 
 from bolt_ros.assistant.config import from_ros_parameters, load_params_file
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
     probe.create_subscription(AssistantEvent, "assistant/events",
                               lambda m: m.type == AssistantEvent.STATE and m.state == "idle" and idle.set(), 100)
     pub = probe.create_publisher(String, "speech/transcript", 10)
-    ex = MultiThreadedExecutor(num_threads=8, context=ctx)
+    ex = SingleThreadedExecutor(context=ctx)
     for n in [*nodes, assistant, probe]:
         ex.add_node(n)
     stop = threading.Event()

@@ -1,7 +1,8 @@
 """python -m bolt_ros.bringup [--config PATH] [--console] [name:=value ...]
 
 Runs the assistant graph (bolt_ros.graph: the same description launch/assistant.launch.py uses) in this one
-process on a MultiThreadedExecutor. The `name:=value` pairs are the launch arguments. One SIGINT (Ctrl-C) ends
+process on one single-threaded executor (no callback blocks; see nodes/common.spin_nodes).
+The `name:=value` pairs are the launch arguments. One SIGINT (Ctrl-C) ends
 everything: rclpy's handler shuts the context down and the bounded spin loop sees it within 0.1 s.
 """
 from __future__ import annotations

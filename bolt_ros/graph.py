@@ -1,7 +1,7 @@
 """The one description of the assistant graph: which processes run which nodes with which parameters.
 
 `launch/assistant.launch.py` turns it into launch_ros Node actions (one OS process per entry);
-`python -m bolt_ros.bringup` instantiates the same entries in one process on a MultiThreadedExecutor. Each
+`python -m bolt_ros.bringup` instantiates the same entries in one process on one single-threaded executor. Each
 entry's parameters go to every node of its process (launch_ros applies a `parameters=[dict]` to all of them).
 """
 from __future__ import annotations

@@ -43,15 +43,18 @@ def wait_for(cond: Callable[[], object], timeout: float = 5.0, what: str = "cond
 
 
 class RosHarness:
-    """One rclpy context (own domain participant) with a MultiThreadedExecutor spinning in a background thread."""
+    """One rclpy context (own domain participant) with a SingleThreadedExecutor (what spin_nodes runs: no callback
+    of ours blocks) spinning in a background thread."""
 
-    def __init__(self):
+    def __init__(self, threads: int = 1):
+        """threads > 1: a MultiThreadedExecutor, for test servers whose callbacks block."""
         import rclpy
-        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
-        self.executor = MultiThreadedExecutor(num_threads=8, context=self.context)
+        self.executor = (MultiThreadedExecutor(num_threads=threads, context=self.context) if threads > 1
+                         else SingleThreadedExecutor(context=self.context))
         self.nodes: list = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._spin, daemon=True)

@@ -121,9 +121,8 @@ def test_barge_in_mid_motion_cancels_the_running_goal_within_100ms(ros):
     t_barge = probe.say("wait")
     t_cancel = wait_for(lambda: next((t for t, m in statuses for s in m.status_list
                                       if s.status == GoalStatus.STATUS_CANCELED), None), what="goal canceled")
-    # Target 100 ms (issue 7); measured 60-180 ms with utterance, cancel and status crossing three rclpy executors
-    # in one process on 2 cores. Asserted: the motion is cancelled well before it could finish (still open).
-    assert t_cancel - t_barge < 0.3, f"motion stopped {1e3 * (t_cancel - t_barge):.0f} ms after the barge-in"
+    # issue 7: running motions stop within 100 ms of a barge-in (measured 6-19 ms on 2 cores)
+    assert t_cancel - t_barge < 0.1, f"motion stopped {1e3 * (t_cancel - t_barge):.0f} ms after the barge-in"
     wait_for(lambda: "Stopped." in probe.spoken(), what="reply to the barge-in")
     time.sleep(0.2)
     assert abs(probe.head_yaw() - yaw_before) < 0.3  # look_around would have swung the head far past this

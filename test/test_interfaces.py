@@ -15,7 +15,7 @@ from action_msgs.msg import GoalStatus
 from bolt_ros.action import Converse, GotoPose, PlayAnimation
 from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, RobotPose, ToolCall, ToolResult
 from bolt_ros.srv import ListAnimations
-from conftest import wait_for
+from conftest import RosHarness, wait_for
 from rclpy.action import ActionClient, ActionServer, CancelResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 
@@ -173,9 +173,19 @@ class TinyAssistant:
                                stats=GenerationStats(completion_tokens=len(said), tool_rounds=1))
 
 
-def test_converse_goal_streams_feedback_and_can_be_cancelled(ros):
-    node = ros.node("assistant_stub")
-    TinyAssistant(node)
+@pytest.fixture
+def server_side():
+    """A second graph participant on a multi-threaded executor, for a test server whose execute callback blocks."""
+    harness = RosHarness(threads=4)
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+def test_converse_goal_streams_feedback_and_can_be_cancelled(ros, server_side):
+    TinyAssistant(server_side.node("assistant_stub"))
+    node = ros.node()
     client = ActionClient(node, Converse, "converse")
     assert client.wait_for_server(timeout_sec=5.0)
 
@@ -184,6 +194,8 @@ def test_converse_goal_streams_feedback_and_can_be_cancelled(ros):
                                                feedback_callback=lambda f: events.append(f.feedback.event)))
     res = ros.result(handle.get_result_async(), 5.0)
     assert res.status == GoalStatus.STATUS_SUCCEEDED
+    # feedback is a topic, the result a service reply: the last feedback may arrive after the result
+    wait_for(lambda: len(events) == 7, what="all feedback")
     assert res.result.text == "You said hello, and I agree completely." == " ".join(e.text for e in events)
     assert {e.conversation_id for e in events} == {"c7"} and res.result.tool_calls[0].name == "play_animation"
     assert res.result.stats.completion_tokens == 7

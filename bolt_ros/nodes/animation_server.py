@@ -31,7 +31,7 @@ class AnimationServer(Node):
         self.config = declare_config(self, config or AnimationServerConfig())
         self._robot = sim.robot
         self._controller = sim.controller
-        self._runner = GoalRunner(sim.controller, self.config.feedback_rate_hz)
+        self._runner = GoalRunner(sim, self, self.config.feedback_rate_hz)
         self._durations = {a.name: animation_duration(a, self._robot) for a in self._robot.animations}
         self._lock = threading.Lock()
         self._queue: deque[ServerGoalHandle] = deque()
@@ -79,16 +79,16 @@ class AnimationServer(Node):
         response.durations = [float(self._durations[a.name]) for a in self._robot.animations]
         return response
 
-    def _execute(self, goal_handle: ServerGoalHandle) -> PlayAnimation.Result:
+    async def _execute(self, goal_handle: ServerGoalHandle) -> PlayAnimation.Result:
         try:
-            return self._play(goal_handle)
+            return await self._play(goal_handle)
         except Exception as e:  # a bug must fail the goal, not the server
             self.get_logger().error(f"play_animation failed: {e!r}")
             return _finish(goal_handle, "abort", f"internal error: {e}")
         finally:
             self._start_next()
 
-    def _play(self, goal_handle: ServerGoalHandle) -> PlayAnimation.Result:
+    async def _play(self, goal_handle: ServerGoalHandle) -> PlayAnimation.Result:
         req = goal_handle.request
         if goal_handle.is_cancel_requested:
             return _finish(goal_handle, "canceled", "cancelled before it started")
@@ -110,7 +110,7 @@ class AnimationServer(Node):
             goal_handle.publish_feedback(PlayAnimation.Feedback(
                 elapsed=m.elapsed(now), duration=m.trajectory.duration, progress=m.progress(now)))
 
-        outcome = self._runner.follow(goal_handle, motion, feedback)
+        outcome = await self._runner.follow(goal_handle, motion, feedback)
         played = motion.elapsed(self._controller.now())
         if outcome == FINISHED:
             return _finish(goal_handle, "succeed", f"played {req.name!r}", played)

@@ -18,6 +18,7 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
+from rclpy.task import Future
 from std_msgs.msg import String
 
 from bolt_ros.action import Converse
@@ -27,7 +28,7 @@ from bolt_ros.assistant.conversation import Conversation, SceneMemory
 from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult, arguments_json
 from bolt_ros.assistant.tools import ToolRegistry
 from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, ToolCall, ToolResult
-from bolt_ros.nodes.common import run_nodes
+from bolt_ros.nodes.common import run_nodes, wake_on_done
 from bolt_ros.nodes.tool_router import ToolRouter
 
 _KIND = {"text": AssistantEvent.TEXT_DELTA, "sentence": AssistantEvent.SENTENCE, "tool_call": AssistantEvent.TOOL_CALL,
@@ -49,6 +50,12 @@ class Job:
     interrupted_by: str = ""        # why it was cancelled: "barge-in", "cancel", "shutdown"
     t_cancel: float = 0.0
     result: TurnResult | None = None
+    finished: Future | None = None  # completed with the job (an action goal's coroutine awaits it)
+
+    def complete(self) -> None:
+        self.done.set()
+        if self.finished is not None and not self.finished.done():
+            self.finished.set_result(True)
 
     def stop(self, why: str) -> None:
         if not self.cancel.is_set():
@@ -131,14 +138,19 @@ class AssistantNode(Node):
 
     def submit(self, job: Job) -> Job:
         """Queue a turn; with barge-in on, whatever is running or waiting is interrupted first."""
+        stop_motion = self.config.barge_in and self.config.barge_in_stops_motion
+        goals = self.router.cancellable_goals() if stop_motion else []  # taken before the new turn can add any
         if self.config.barge_in:
-            self._interrupt("barge-in", stop_motion=self.config.barge_in_stops_motion)
+            self._interrupt("barge-in", stop_motion=False)
         with self._lock:
             self._pending.append(job)
         self._jobs.put(job)
+        # after the hand-off: cancel requests (service calls + a log line) must not delay the new turn
+        self.router.cancel_goals(goals)
         return job
 
     def _interrupt(self, why: str, *, stop_motion: bool) -> None:
+        """Stop the running and queued turns (and, with stop_motion, the running goals)."""
         with self._lock:
             victims = [j for j in (self._current, *self._pending) if j is not None and not j.done.is_set()]
         for j in victims:
@@ -155,12 +167,16 @@ class AssistantNode(Node):
             self.router.cancel_running()
         return CancelResponse.ACCEPT
 
-    def _execute(self, goal: ServerGoalHandle) -> Converse.Result:
+    async def _execute(self, goal: ServerGoalHandle) -> Converse.Result:
+        # a coroutine: the turn runs on the worker, no executor thread waits for it
         req = goal.request
-        job = self.submit(Job(req.utterance, req.conversation_id, req.enable_thinking, goal=goal))
-        while not job.done.wait(0.05):
-            if self._closing.is_set():
-                job.stop("shutdown")
+        finished = wake_on_done(Future(), self)
+        job = Job(req.utterance, req.conversation_id, req.enable_thinking, goal=goal, finished=finished)
+        if self._closing.is_set():
+            job.result = TurnResult(error="shutting down")
+        else:
+            self.submit(job)
+            await finished
         res = job.result or TurnResult(error="not run")
         out = Converse.Result(success=not (res.error or res.cancelled), text=res.text,
                               error=res.error or (f"interrupted ({job.interrupted_by})" if res.cancelled else ""),
@@ -185,7 +201,8 @@ class AssistantNode(Node):
             if job is None:
                 break
             with self._lock:
-                self._pending.remove(job)
+                if job in self._pending:
+                    self._pending.remove(job)
                 self._current = job
             try:
                 if not job.cancel.is_set():
@@ -198,7 +215,7 @@ class AssistantNode(Node):
             finally:
                 with self._lock:
                     self._current = None
-                job.done.set()
+                job.complete()
 
     def _run_turn(self, job: Job) -> TurnResult:
         cfg = self.config
@@ -265,6 +282,11 @@ class AssistantNode(Node):
         self._interrupt("shutdown", stop_motion=False)
         self._jobs.put(None)
         self._worker.join(timeout=2.0)
+        with self._lock:  # turns the worker never reached: their goals must still end
+            left, self._pending = self._pending, []
+        for job in left:
+            job.result = job.result or TurnResult(error="shutting down")
+            job.complete()
 
     def destroy_node(self) -> None:
         if hasattr(self, "_worker") and not self._closing.is_set():  # also reached from a failed __init__

@@ -9,7 +9,6 @@ from typing import Literal
 import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
@@ -46,12 +45,12 @@ class CameraCaptioner(Node):
         self._capture: cv2.VideoCapture | None = None
         self._next_open = 0.0
         if cfg.source == "topic":
-            self._sub = self.create_subscription(Image, cfg.image_topic, self._on_image, 2,
-                                                 callback_group=MutuallyExclusiveCallbackGroup())
-        # frames are read and analysed on the timer, in its own group: a slow camera read never blocks the image
-        # subscription, and the analysis never overlaps itself
-        self._timer = self.create_timer(1.0 / cfg.process_rate_hz, self._tick,
-                                        callback_group=MutuallyExclusiveCallbackGroup())
+            self._sub = self.create_subscription(Image, cfg.image_topic, self._on_image, 2)
+        # frames are read and analysed on the node's own thread: a slow camera read or a face detection never holds
+        # up the executor, which the other nodes of the process share (spin_nodes is single-threaded)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="camera-captioner", daemon=True)
+        self._thread.start()
         self.get_logger().info(f"captioning from {self._describe_source()}")
 
     def _describe_source(self) -> str:
@@ -85,7 +84,7 @@ class CameraCaptioner(Node):
             self.get_logger().warning(f"no frame from {self._describe_source()}", throttle_duration_sec=5.0)
             if self.config.source == "video":
                 self.get_logger().info("end of video")
-                self._timer.cancel()
+                self._stop.set()
             return None
         return to_gray(frame), self.config.frame_id
 
@@ -105,6 +104,11 @@ class CameraCaptioner(Node):
         self._capture = capture
         return capture
 
+    def _loop(self) -> None:
+        period = 1.0 / self.config.process_rate_hz
+        while not self._stop.wait(period):
+            self._tick()
+
     def _tick(self) -> None:
         try:
             item = self._next_frame()
@@ -122,7 +126,13 @@ class CameraCaptioner(Node):
             self._pub.publish(msg)
             self.get_logger().info(f"caption: {text}")
 
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+
     def destroy_node(self) -> None:
+        self.close()
         if self._capture is not None:
             self._capture.release()
         super().destroy_node()

@@ -15,13 +15,13 @@ import rclpy
 from pydantic import BaseModel, ValidationError
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.task import Future
 
 from bolt_ros.assistant.config import unflatten
 
 C = TypeVar("C", bound=BaseModel)
-DEFAULT_THREADS = 8  # action servers block a thread per running goal; never leave timers/services starved
 
 
 def flatten_config(config: BaseModel, prefix: str = "") -> dict[str, Any]:
@@ -52,12 +52,27 @@ def declare_config(node: Node, config: C) -> C:
         raise ValueError(f"node {node.get_name()!r}: invalid parameters:\n{e}") from e
 
 
-def spin_nodes(nodes: Sequence[Node], *, context: Context | None = None, stop: threading.Event | None = None,
-               num_threads: int = DEFAULT_THREADS) -> None:
-    """Spin on a MultiThreadedExecutor until the context shuts down (rclpy's SIGINT handler does that) or `stop`
-    is set. Bounded spin_once calls: plain spin() was seen to miss the first SIGINT."""
+def wake_on_done(future: Future, node: Node) -> Future:
+    """Make completing `future` (from any thread) wake the node's executor. rclpy tasks poll the futures they
+    await, once per executor wake-up: without this a coroutine waiting on work done by one of our threads would
+    resume only at the executor's next unrelated event."""
+    def wake(_f: Future) -> None:
+        executor = node.executor
+        if executor is not None:
+            executor.wake()
+    future.add_done_callback(wake)
+    return future
+
+
+def spin_nodes(nodes: Sequence[Node], *, context: Context | None = None, stop: threading.Event | None = None) -> None:
+    """Spin on a SingleThreadedExecutor until the context shuts down (rclpy's SIGINT handler does that) or `stop`
+    is set. Bounded spin_once calls: plain spin() was seen to miss the first SIGINT.
+
+    Single-threaded on purpose: no callback of ours blocks (long work runs on the nodes' own threads, action goals
+    are coroutines), and rclpy's MultiThreadedExecutor re-submits every not-yet-started task to its pool on each
+    wake-up; on 2 cores that storm of GIL hand-offs cost 20-400 ms per goal acceptance (bench/bench_graph.py)."""
     context = context or nodes[0].context
-    executor = MultiThreadedExecutor(num_threads=num_threads, context=context)
+    executor = SingleThreadedExecutor(context=context)
     for n in nodes:
         executor.add_node(n)
     try:

@@ -38,7 +38,7 @@ class MotionServer(Node):
         self._robot = sim.robot
         self._controller = sim.controller
         self._limit_mode = self.config.limit_mode or self._robot.limit_mode
-        self._runner = GoalRunner(sim.controller, self.config.feedback_rate_hz)
+        self._runner = GoalRunner(sim, self, self.config.feedback_rate_hz)
         self._lock = threading.Lock()
         self._latest: bytes | None = None  # uuid of the newest accepted goal: the only one allowed to start
         self._server = ActionServer(
@@ -62,14 +62,14 @@ class MotionServer(Node):
         self._runner.cancel(goal_handle)
         return CancelResponse.ACCEPT
 
-    def _execute(self, goal_handle: ServerGoalHandle) -> GotoPose.Result:
+    async def _execute(self, goal_handle: ServerGoalHandle) -> GotoPose.Result:
         try:
-            return self._goto(goal_handle)
+            return await self._goto(goal_handle)
         except Exception as e:  # a bug must fail the goal, not the server
             self.get_logger().error(f"goto_pose failed: {e!r}")
             return self._finish(goal_handle, "abort", f"internal error: {e}")
 
-    def _goto(self, goal_handle: ServerGoalHandle) -> GotoPose.Result:
+    async def _goto(self, goal_handle: ServerGoalHandle) -> GotoPose.Result:
         req = goal_handle.request
         if goal_handle.is_cancel_requested:
             return self._finish(goal_handle, "canceled", "cancelled before it started")
@@ -100,7 +100,7 @@ class MotionServer(Node):
             goal_handle.publish_feedback(GotoPose.Feedback(progress=m.progress(self._controller.now()),
                                                            current=pose_to_msg(pose)))
 
-        outcome = self._runner.follow(goal_handle, motion, feedback)
+        outcome = await self._runner.follow(goal_handle, motion, feedback)
         if outcome == FINISHED:
             return self._finish(goal_handle, "succeed", "; ".join(["reached", *notes]))
         if outcome == CANCELLED and goal_handle.is_cancel_requested:

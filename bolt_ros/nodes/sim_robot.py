@@ -6,19 +6,20 @@ the three nodes sharing it, and `main` runs them in one process (the simulated r
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from rclpy.action.server import ServerGoalHandle
 from rclpy.node import Node
+from rclpy.task import Future
 from sensor_msgs.msg import JointState
 
 from bolt_ros.msg import RobotPose
-from bolt_ros.nodes.common import declare_config, run_nodes
+from bolt_ros.nodes.common import declare_config, run_nodes, wake_on_done
 from bolt_ros.robot import CANCELLED, JOINT_NAMES, Motion, MotionController, RobotConfig, load_robot_config
-
-CONTROL_POLL_S = 0.02  # how often a running goal checks for cancel / end: bounds cancel latency to ~20 ms
 
 
 class SimRobotConfig(BaseModel):
@@ -50,7 +51,46 @@ class SimRobot(Node):
             raise ValueError(f"node 'sim_robot': {e}") from e
         self.controller = MotionController(self.robot.neutral_pose())
         self._pub = self.create_publisher(JointState, self.config.joint_states_topic, 10)
-        self._timer = self.create_timer(1.0 / self.config.publish_rate_hz, self._publish)
+        # The state loop runs in its own thread, as a robot's control loop does, not as an executor timer: an rclpy
+        # timer costs a full executor wake-up per tick (~20% of a core at 100 Hz with the servers' entities in the
+        # wait set) and its rate fell below 50 Hz whenever the executor was busy (measured on a 2-core machine).
+        self._stop = threading.Event()
+        self._tick_hooks: list[Callable[[], None]] = []
+        self._thread = threading.Thread(target=self._loop, name="sim-robot-joint-states", daemon=True)
+        self._thread.start()
+
+    def add_tick_hook(self, hook: Callable[[], None]) -> None:
+        """Run hook() on the control loop after every joint-state cycle (the servers follow their goals there)."""
+        self._tick_hooks.append(hook)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+    def destroy_node(self) -> None:
+        self.close()
+        super().destroy_node()
+
+    def _loop(self) -> None:
+        """Publish at publish_rate_hz on absolute deadlines (no drift); after a stall longer than one period it
+        resumes from now instead of bursting the missed ticks."""
+        period = 1.0 / self.config.publish_rate_hz
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self._publish()
+                for hook in self._tick_hooks:
+                    hook()
+            except Exception as e:  # e.g. the context shut down under us: the node is going away
+                if not self._stop.wait(period):
+                    self.get_logger().warning(f"control loop: {type(e).__name__}: {e}", throttle_duration_sec=5.0)
+            next_tick += period
+            delay = next_tick - time.monotonic()
+            if delay < -period:
+                next_tick, delay = time.monotonic(), 0.0
+            if delay > 0:
+                self._stop.wait(delay)
 
     def _publish(self) -> None:
         position, velocity = self.controller.state()
@@ -63,54 +103,74 @@ class SimRobot(Node):
         self._pub.publish(msg)
 
 
-class GoalRunner:
-    """Follows one running goal's motion until it ends: feedback at a fixed rate, cancel requests stop the motion,
-    and `close()` (node shutdown) stops every running goal. Shared by the animation and motion servers."""
+@dataclass
+class _Following:
+    goal_handle: ServerGoalHandle
+    motion: Motion
+    feedback: Callable[[Motion, np.ndarray], None]
+    outcome: Future
+    next_feedback: float = 0.0
 
-    def __init__(self, controller: MotionController, feedback_rate_hz: float):
-        self.controller = controller
+
+class GoalRunner:
+    """Follows running goals until their motions end: feedback at a fixed rate, cancel requests stop the motion,
+    and `close()` (node shutdown) stops every running goal. Shared by the animation and motion servers.
+
+    The robot's control loop does the following (`tick`, every joint-state cycle), not a thread per goal: the
+    servers' execute callbacks are coroutines awaiting `follow`, so no executor thread blocks while a robot moves
+    and the nodes run on a single-threaded executor."""
+
+    def __init__(self, sim: SimRobot, node: Node, feedback_rate_hz: float):
+        self.controller = sim.controller
         self.feedback_period = 1.0 / feedback_rate_hz
         self.closed = threading.Event()
+        self._node = node
         self._lock = threading.Lock()
-        self._motions: dict[bytes, Motion] = {}  # goal uuid -> its running motion
+        self._goals: dict[bytes, _Following] = {}  # goal uuid -> its running motion
+        sim.add_tick_hook(self.tick)
 
     def cancel(self, goal_handle: ServerGoalHandle) -> None:
-        """From the cancel callback: stop the motion right away rather than at the next poll."""
+        """From the cancel callback: stop the motion right away (the next tick completes the goal)."""
         with self._lock:
-            motion = self._motions.get(bytes(goal_handle.goal_id.uuid))
-        if motion is not None:
-            self.controller.cancel(motion, "cancel requested")
+            f = self._goals.get(bytes(goal_handle.goal_id.uuid))
+        if f is not None:
+            self.controller.cancel(f.motion, "cancel requested")
 
     def close(self) -> None:
         self.closed.set()
-        with self._lock:
-            motions = list(self._motions.values())
-        for m in motions:
-            self.controller.cancel(m, "server shutting down")
+        self.tick()
 
-    def follow(self, goal_handle: ServerGoalHandle, motion: Motion,
-               feedback: Callable[[Motion, np.ndarray], None]) -> str:
-        """Block until the motion ends; returns its outcome (FINISHED / CANCELLED / PREEMPTED)."""
-        key = bytes(goal_handle.goal_id.uuid)
+    async def follow(self, goal_handle: ServerGoalHandle, motion: Motion,
+                     feedback: Callable[[Motion, np.ndarray], None]) -> str:
+        """Wait (without blocking the executor) until the motion ends; returns FINISHED / CANCELLED / PREEMPTED."""
+        f = _Following(goal_handle, motion, feedback, wake_on_done(Future(), self._node))
         with self._lock:
-            self._motions[key] = motion
-        try:
-            next_feedback = 0.0
-            while True:
-                position, _ = self.controller.state()  # also finishes the motion when its time is up
-                if motion.done.is_set():
-                    return motion.outcome
-                if goal_handle.is_cancel_requested or self.closed.is_set() or not goal_handle.is_active:
-                    self.controller.cancel(motion, "cancel requested")
-                    return CANCELLED
-                now = self.controller.now()
-                if now >= next_feedback:
-                    feedback(motion, position)
-                    next_feedback = now + self.feedback_period
-                motion.done.wait(CONTROL_POLL_S)
-        finally:
+            self._goals[bytes(goal_handle.goal_id.uuid)] = f
+        self.tick()
+        return await f.outcome
+
+    def tick(self) -> None:
+        with self._lock:
+            goals = list(self._goals.items())
+        if not goals:
+            return
+        position, _ = self.controller.state()  # also finishes motions whose time is up
+        now = self.controller.now()
+        for key, f in goals:
+            if f.motion.done.is_set():
+                outcome = f.motion.outcome
+            elif f.goal_handle.is_cancel_requested or self.closed.is_set() or not f.goal_handle.is_active:
+                self.controller.cancel(f.motion, "cancel requested")
+                outcome = CANCELLED
+            else:
+                if now >= f.next_feedback:
+                    f.feedback(f.motion, position)
+                    f.next_feedback = now + self.feedback_period
+                continue
             with self._lock:
-                self._motions.pop(key, None)
+                self._goals.pop(key, None)
+            if not f.outcome.done():
+                f.outcome.set_result(outcome)
 
 
 def make_sim_robot_nodes(sim_config: SimRobotConfig | None = None, animation_config=None, motion_config=None,

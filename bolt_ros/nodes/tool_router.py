@@ -186,8 +186,14 @@ class ToolRouter:
     # ---- barge-in and startup ------------------------------------------------------------------------------
     def cancel_running(self) -> int:
         """Ask every running goal of a barge-in-cancellable tool to stop; returns how many were asked."""
+        return self.cancel_goals(self.cancellable_goals())
+
+    def cancellable_goals(self) -> list:
+        """Handles of the running goals a barge-in may cancel (a snapshot: goals sent later are not in it)."""
         with self._lock:
-            handles = [h for tool, h in self._running.values() if tool.spec.cancel_on_barge_in]
+            return [h for tool, h in self._running.values() if tool.spec.cancel_on_barge_in]
+
+    def cancel_goals(self, handles: list) -> int:
         for h in handles:
             h.cancel_goal_async()
         if handles:
