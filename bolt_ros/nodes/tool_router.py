@@ -79,7 +79,8 @@ class ToolRouter:
                                                               callback_group=callback_group)
         self._running: dict[int, tuple[Tool, Any]] = {}  # id(goal handle) -> (tool, handle) of goals in flight
         self._lock = threading.Lock()
-        self.accept_latency_ms: deque[float] = deque(maxlen=100_000)  # call received -> goal accepted
+        self.accept_latency_ms: deque[float] = deque(maxlen=100_000)  # call received -> server accepted the goal
+        self.accept_seen_latency_ms: deque[float] = deque(maxlen=100_000)  # ... -> the acceptance reached us
         self.send_latency_ms: deque[float] = deque(maxlen=100_000)    # call received -> goal handed to rclpy
 
     # ---- the call path -------------------------------------------------------------------------------------
@@ -116,7 +117,12 @@ class ToolRouter:
         handle = self._wait(send, cancel, t0 + spec.timeout_s, spec, "the goal to be accepted")
         if not handle.accepted:
             raise ToolError(f"{spec.target} rejected the goal {json.dumps(fields)}")
-        self.accept_latency_ms.append((time.perf_counter() - t0) * 1e3)
+        seen = time.perf_counter()
+        self.accept_seen_latency_ms.append((seen - t0) * 1e3)
+        # the server's acceptance stamp (its clock: system time, unless the robot runs on sim time)
+        accepted = handle.stamp.sec + 1e-9 * handle.stamp.nanosec - (time.time() - (seen - t0))
+        if 0.0 <= accepted < 60.0:
+            self.accept_latency_ms.append(accepted * 1e3)
         result_future = handle.get_result_async()
         with self._lock:
             self._running[id(handle)] = (tool, handle)
