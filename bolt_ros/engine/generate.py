@@ -6,6 +6,8 @@ shared by both.
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -127,6 +129,16 @@ class PlainDecoder:
         return None
 
 
+def release_heap() -> None:
+    """Give the heap freed after repacking back to the OS. glibc raises its mmap threshold as large blocks are freed,
+    so later repack temporaries come from the heap and stay resident once freed: ~95 MiB of RSS for Gemma 3 270M."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim this way
+        pass
+
+
 class Engine:
     def __init__(self, gf: GGUFFile, model: Transformer, tokenizer: Tokenizer, n_ctx: int, load_s: float = 0.0):
         self.gguf, self.model, self.tok = gf, model, tokenizer
@@ -148,6 +160,7 @@ class Engine:
         weights = WeightStore(gf, policy, device=device, progress=progress)
         net = Transformer(cfg, weights)
         gf.release_pages()
+        release_heap()
         engine = cls(gf, net, tok, min(n_ctx, cfg.n_ctx_train), time.perf_counter() - t0)
         if draft is not None:
             from .dflash import attach_drafter

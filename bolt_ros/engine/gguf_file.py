@@ -148,6 +148,7 @@ class _Cursor:
 
     def _strings(self, count: int, what: str) -> list[str]:
         buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        view = memoryview(buf)
         out = [None] * count
         for i in range(count):  # the 262k-entry vocabularies: keep this loop minimal
             if pos + 8 > size:
@@ -156,14 +157,15 @@ class _Cursor:
             pos += 8
             if pos + n > size:
                 raise GGUFError(f"truncated file: {what}[{i}] needs {n} bytes at offset {pos}")
-            out[i] = buf[pos:pos + n]
+            # straight from the buffer to str: no intermediate bytes objects (262k of them fragment the heap)
+            try:
+                out[i] = str(view[pos:pos + n], "utf-8")
+            except UnicodeDecodeError:
+                # GPT-2/SPM vocabularies are valid UTF-8; anything else is kept decodable but marked
+                out[i] = str(view[pos:pos + n], "utf-8", "surrogateescape")
             pos += n
         self.pos = pos
-        try:
-            return [b.decode("utf-8") for b in out]
-        except UnicodeDecodeError:
-            # GPT-2/SPM vocabularies are valid UTF-8; anything else is kept decodable but marked
-            return [b.decode("utf-8", errors="surrogateescape") for b in out]
+        return out
 
 
 class GGUFFile:

@@ -47,6 +47,9 @@ Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "gguf"]
 SCHEMES: tuple[str, ...] = ("f32", "bf16", "int4", "int4x2", "int8", "gguf")
 
 GROUP = 32  # int4 kernel group size = the legacy block size = the K-quant sub-block size
+# the output head's 4-bit copy only ranks candidates (_refine_top recomputes them exactly): coarser groups cost it
+# nothing in exactness and save 15 MiB of scales on Gemma's 262144-row head
+HEAD_GROUP = 128
 # From this many rows on (prefill), the int schemes dequantize the GGUF bytes to fp32 and run a dense GEMM instead:
 # the int4/int8 kernels cost ~linear in T (1 thread, 640x2048 Q4_K: int4 19.9 ms vs dequantize 4 ms + fp32 8.8 ms at
 # T=512; int4 2.5 ms vs 4 + 1.4 ms at T=64), and the dense result is exact. Never for the vocab-sized head.
@@ -136,9 +139,9 @@ def _int4_parts(blocks: torch.Tensor, t: int, rows: int) -> list[Int4Part]:
     raise ValueError(f"{_type_name(t)} has no exact int4 decomposition")
 
 
-def _requant_int4(w: torch.Tensor) -> Int4Part:
-    """Any fp32 W [R, K] -> asymmetric 4-bit codes per 32-group (lossy)."""
-    g = w.reshape(w.shape[0], -1, GROUP)
+def _requant_int4(w: torch.Tensor, group: int = GROUP) -> Int4Part:
+    """Any fp32 W [R, K] -> asymmetric 4-bit codes per `group` weights (lossy)."""
+    g = w.reshape(w.shape[0], -1, group)
     lo, hi = g.amin(-1), g.amax(-1)
     s = (hi - lo) / 15
     inv = torch.where(s > 0, 1 / s, torch.zeros_like(s))
@@ -177,8 +180,9 @@ def pack_int4_codes(q: torch.Tensor) -> torch.Tensor:
 
 
 def _pack_int4(parts_of_chunk: Callable[[torch.Tensor, int], list[Int4Part]], blocks: torch.Tensor,
-               n_out: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> packed uint8 [N, n_parts*K/2] and scale/zeros bf16 [n_parts*K/32, N, 2] for _weight_int4pack_mm_for_cpu.
+               n_out: int, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> packed uint8 [N, n_parts*K/2] and scale/zeros bf16 [n_parts*K/group, N, 2] for
+    _weight_int4pack_mm_for_cpu.
     Outputs are allocated once and filled chunk by chunk (no full-size concatenations: the head is 262144 rows)."""
     packed = sz = None
     r0 = 0
@@ -187,7 +191,7 @@ def _pack_int4(parts_of_chunk: Callable[[torch.Tensor, int], list[Int4Part]], bl
         q = torch.cat([p[0] for p in parts], dim=1)  # [rows, n_parts*K]: the parts sit side by side along K
         if packed is None:
             packed = torch.empty(n_out, q.shape[1] // 2, dtype=torch.uint8)
-            sz = torch.empty(q.shape[1] // GROUP, n_out, 2, dtype=torch.bfloat16)
+            sz = torch.empty(q.shape[1] // group, n_out, 2, dtype=torch.bfloat16)
         packed[r0 : r0 + rows] = pack_int4_codes(q)
         for i, col in enumerate((1, 2)):  # scales, then zeros
             sz[:, r0 : r0 + rows, i] = torch.cat([p[col] for p in parts], dim=1).t()  # [G, rows]
@@ -234,6 +238,7 @@ class QuantLinear(nn.Module):
         self.ggml_type, self.in_features, self.out_features = int(ggml_type), n_in, n_out
         self.policy, self.role, self.scheme = policy, role, scheme
         self.prefill_dense_rows = PREFILL_DENSE_ROWS if role != "head" else None
+        self.group = GROUP  # int4 schemes: weights per scale/zero (HEAD_GROUP for a re-quantized head)
         self._raw = data  # the GGUF bytes (an mmap view: costs no memory unless read); for dequantized()
         blocks = data.view(-1, GGML_BLOCK[ggml_type][1])  # [n_blocks, block_bytes]
         getattr(self, f"_build_{scheme}")(blocks)
@@ -265,9 +270,12 @@ class QuantLinear(nn.Module):
             def parts(chunk, rows):
                 return _int4_parts(chunk, t, rows)
         else:
+            group = HEAD_GROUP if self.role == "head" and n_in % HEAD_GROUP == 0 else GROUP
+            self.group = group
+
             def parts(chunk, rows):
-                return [_requant_int4(dequantize_blocks(chunk, t).reshape(rows, n_in))]
-        self._set_int4(*_pack_int4(parts, blocks, self.out_features))
+                return [_requant_int4(dequantize_blocks(chunk, t).reshape(rows, n_in), group)]
+        self._set_int4(*_pack_int4(parts, blocks, self.out_features, self.group))
 
     def _build_int4x2(self, blocks: torch.Tensor) -> None:
         if self.ggml_type not in _INT4X2_EXACT:
@@ -276,9 +284,9 @@ class QuantLinear(nn.Module):
         self._set_int4(*_pack_int4(lambda chunk, rows: _int4_parts(chunk, t, rows), blocks, self.out_features))
 
     def _set_int4(self, packed: torch.Tensor, scale_zeros: torch.Tensor) -> None:
-        self.k_parts = scale_zeros.shape[0] * GROUP // self.in_features  # 1 (int4) or 2 (int4x2)
+        self.k_parts = scale_zeros.shape[0] * self.group // self.in_features  # 1 (int4) or 2 (int4x2)
         self.register_buffer("packed", packed)  # [N, k_parts*K/2] uint8, torch's tiled layout
-        self.register_buffer("scale_zeros", scale_zeros)  # [k_parts*K/32, N, 2] bf16
+        self.register_buffer("scale_zeros", scale_zeros)  # [k_parts*K/group, N, 2] bf16
 
     def _build_gguf(self, blocks: torch.Tensor) -> None:
         self.register_buffer("blocks", blocks.clone().reshape(self.out_features, -1))  # [N, row_bytes]
@@ -289,7 +297,7 @@ class QuantLinear(nn.Module):
         several. None when their forms can't be concatenated (then call them separately)."""
         first = layers[0]
         same = all(m.scheme == first.scheme and m.in_features == first.in_features and m.policy == first.policy
-                   and m.prefill_dense_rows == first.prefill_dense_rows for m in layers)
+                   and m.prefill_dense_rows == first.prefill_dense_rows and m.group == first.group for m in layers)
         if not same or first.scheme not in ("f32", "bf16", "int4", "int4x2"):
             return None
         if first.scheme.startswith("int4") and (any(m.out_features % 64 for m in layers)  # whole 64-row tiles
@@ -300,7 +308,7 @@ class QuantLinear(nn.Module):
         fused.ggml_type, fused.in_features = first.ggml_type, first.in_features
         fused.out_features = sum(m.out_features for m in layers)
         fused.policy, fused.role, fused.scheme = first.policy, first.role, first.scheme
-        fused.prefill_dense_rows = first.prefill_dense_rows
+        fused.prefill_dense_rows, fused.group = first.prefill_dense_rows, first.group
         fused._parts = [(m._raw, m.ggml_type, m.shape) for m in layers]  # GGUF views only: the packed parts go
         if first.scheme in ("f32", "bf16"):
             fused.register_buffer("weight", torch.cat([m.weight for m in layers]))
@@ -358,7 +366,7 @@ class QuantLinear(nn.Module):
             xb = x.to(torch.bfloat16)
             if self.k_parts > 1:  # every part multiplies the same x
                 xb = xb.repeat(1, self.k_parts)
-            return torch.ops.aten._weight_int4pack_mm_for_cpu(xb.contiguous(), self.packed, GROUP,
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(xb.contiguous(), self.packed, self.group,
                                                              self.scale_zeros).float()
         from bolt_ros.kernels import ops  # Triton on CUDA; imported late so CPU-only users never load Triton
         return ops.qmatmul_gguf(x.float().contiguous(), self.blocks, self.ggml_type, self.out_features,

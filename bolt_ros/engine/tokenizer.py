@@ -249,10 +249,9 @@ class Tokenizer:
     def _init_spm(self, scores, control: list[int]) -> None:
         if scores is None or len(scores) != self.vocab_size:
             raise GGUFError("tokenizer.ggml.scores is missing or does not match tokenizer.ggml.tokens")
-        # merge scores of the tokens plain text may produce: all but CONTROL/UNKNOWN (prompt-injection safety)
-        self._scores = dict(zip(self._tokens, np.asarray(scores, dtype=np.float32).tolist()))
-        for i in control:
-            del self._scores[self._tokens[i]]
+        # merge scores by id (CONTROL/UNKNOWN tokens are never merge results: prompt-injection safety, checked in
+        # _encode_spm). A float32 view of the GGUF's own array, not a second 262k-entry dict (13 MiB).
+        self._scores = memoryview(np.ascontiguousarray(scores, dtype=np.float32))
 
     def _init_bpe(self, model: str, merges, pre: str | None) -> None:
         if merges is None:
@@ -434,15 +433,16 @@ class Tokenizer:
 
     def _encode_spm(self, text: str, out: list[int]) -> None:
         """llama.cpp's llm_tokenizer_spm: merge the adjacent pair whose joined text is the best-scored token."""
-        scores = self._scores
+        scores, vocab, control = self._scores, self._vocab, self._control
 
         def priority(a: str, b: str) -> float | None:
-            s = scores.get(a + b)
-            return None if s is None else -s
+            i = vocab.get(a + b)
+            return None if i is None or i in control else -scores[i]
 
         for sym in _merge(list(text.replace(" ", SPACE_ESCAPE)), priority):
-            if sym in scores:  # a plain (non-control) token
-                out.append(self._vocab[sym])
+            i = vocab.get(sym)
+            if i is not None and i not in control:  # a plain (non-control) token
+                out.append(i)
             else:
                 self._byte_fallback(sym, out)
 
