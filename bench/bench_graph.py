@@ -40,7 +40,7 @@ from bolt_ros.assistant.config import from_ros_parameters, load_params_file
 from bolt_ros.assistant.scripted import ScriptedBackend
 from bolt_ros.graph import package_file
 from bolt_ros.nodes.assistant_node import AssistantNode
-from bolt_ros.nodes.common import tune_interpreter
+from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, tune_interpreter
 from bolt_ros.nodes.sim_robot import make_sim_robot_nodes
 
 # goals that return once accepted, so each run measures the hand-off and not the motion
@@ -68,16 +68,19 @@ def percentiles(xs) -> dict:
 
 
 def action_floor(node, runs: int) -> list[float]:
-    """Goal acceptance round trips (ms) of a bare rclpy action server on `node`'s executor, polled like the router."""
-    server = ActionServer(node, GotoPose, "bench_floor", execute_callback=_succeed)
+    """Goal acceptance round trips (ms) of a bare rclpy action server on `node`'s executor, waited for like the
+    router waits (a done callback setting an event)."""
+    server = ActionServer(node, GotoPose, "bench_floor", execute_callback=_succeed,
+                          result_timeout=ACTION_RESULT_TIMEOUT_S)
     client = ActionClient(node, GotoPose, "bench_floor")
     client.wait_for_server(timeout_sec=5.0)
     out = []
     for _ in range(runs + 10):
+        done = threading.Event()
         t0 = time.perf_counter()
-        future = client.send_goal_async(GotoPose.Goal())
-        while not future.done():
-            time.sleep(0.0002)
+        client.send_goal_async(GotoPose.Goal()).add_done_callback(lambda _f, done=done: done.set())
+        if not done.wait(5.0):
+            raise SystemExit("the bare action server did not answer")
         out.append((time.perf_counter() - t0) * 1e3)
         time.sleep(0.005)
     client.destroy()

@@ -12,7 +12,7 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 
 from bolt_ros.action import PlayAnimation
-from bolt_ros.nodes.common import declare_config, run_nodes
+from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, declare_config, run_nodes
 from bolt_ros.nodes.sim_robot import GoalRunner, SimRobot, SimRobotConfig
 from bolt_ros.robot import CANCELLED, FINISHED, Motion, animation_duration, build_animation
 from bolt_ros.srv import ListAnimations
@@ -40,7 +40,7 @@ class AnimationServer(Node):
         self._server = ActionServer(
             self, PlayAnimation, self.config.action_name, execute_callback=self._execute,
             goal_callback=lambda _req: GoalResponse.ACCEPT, handle_accepted_callback=self._on_accepted,
-            cancel_callback=self._on_cancel, callback_group=group)
+            cancel_callback=self._on_cancel, result_timeout=ACTION_RESULT_TIMEOUT_S, callback_group=group)
         self._service = self.create_service(ListAnimations, self.config.list_service, self._list, callback_group=group)
         self.get_logger().info(f"{len(self._durations)} animations: {', '.join(self._durations)}")
 

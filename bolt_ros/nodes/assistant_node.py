@@ -28,7 +28,7 @@ from bolt_ros.assistant.conversation import Conversation, SceneMemory
 from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult, arguments_json
 from bolt_ros.assistant.tools import ToolRegistry
 from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, ToolCall, ToolResult
-from bolt_ros.nodes.common import run_nodes, wake_on_done
+from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, run_nodes, wake_on_done
 from bolt_ros.nodes.tool_router import ToolRouter
 
 _KIND = {"text": AssistantEvent.TEXT_DELTA, "sentence": AssistantEvent.SENTENCE, "tool_call": AssistantEvent.TOOL_CALL,
@@ -85,6 +85,7 @@ class AssistantNode(Node):
         self.create_subscription(Caption, topics.caption, self._on_caption, 50, callback_group=group)
         self._server = ActionServer(self, Converse, topics.converse, execute_callback=self._execute,
                                     goal_callback=lambda _g: GoalResponse.ACCEPT, cancel_callback=self._on_cancel,
+                                    result_timeout=ACTION_RESULT_TIMEOUT_S,
                                     callback_group=group)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         # latency accounting (bench/bench_graph.py reads these): milliseconds

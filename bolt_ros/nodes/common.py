@@ -65,6 +65,11 @@ def wake_on_done(future: Future, node: Node) -> Future:
 
 
 GIL_SWITCH_INTERVAL_S = 0.0002
+# How long our action servers keep a finished goal's result for late result requests. Every goal kept is in every
+# status message the server publishes and each client deserializes (rclpy: ~5 us per entry, per message); at
+# rclpy's default of 10 s a busy robot's status arrays held hundreds of goals and each message cost its clients
+# 2-3 ms. Clients ask for the result as soon as the goal is accepted, so 2 s is plenty.
+ACTION_RESULT_TIMEOUT_S = 2
 
 
 def tune_interpreter() -> None:

@@ -12,7 +12,7 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 
 from bolt_ros.action import GotoPose
-from bolt_ros.nodes.common import declare_config, run_nodes
+from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, declare_config, run_nodes
 from bolt_ros.nodes.sim_robot import GoalRunner, SimRobot, SimRobotConfig, msg_to_pose, pose_to_msg
 from bolt_ros.robot import CANCELLED, FINISHED, LimitError, Motion, plan_goto
 
@@ -44,7 +44,8 @@ class MotionServer(Node):
         self._server = ActionServer(
             self, GotoPose, self.config.action_name, execute_callback=self._execute,
             goal_callback=lambda _req: GoalResponse.ACCEPT, handle_accepted_callback=self._on_accepted,
-            cancel_callback=self._on_cancel, callback_group=ReentrantCallbackGroup())
+            cancel_callback=self._on_cancel, result_timeout=ACTION_RESULT_TIMEOUT_S,
+            callback_group=ReentrantCallbackGroup())
 
     def close(self) -> None:
         self._runner.close()

@@ -166,21 +166,17 @@ class ToolRouter:
             time.sleep(0.01)
 
     def _wait(self, future: Future, cancel: threading.Event, deadline: float, spec, what: str):
-        # rclpy runs a future's done-callbacks as executor tasks (one more executor round trip), so poll done()
-        # closely for the first few ms, where goal acceptance lands, then back off
+        # event-driven, not polled: a polling worker takes the GIL from the executor thread thousands of times a
+        # second, slowing the very callbacks it waits for (rclpy runs the done callback as an executor task)
         done = threading.Event()
         future.add_done_callback(lambda _f: done.set())
-        fast_until = time.perf_counter() + 0.05
         while not future.done():
             if cancel.is_set():
                 raise ToolError(f"interrupted by the user while waiting for {what} of {spec.target}")
             now = time.perf_counter()
             if now > deadline:
                 raise ToolError(f"timed out after {spec.timeout_s:.1f} s waiting for {what} of {spec.target}")
-            if now < fast_until:
-                time.sleep(0.0002)
-            else:
-                done.wait(min(deadline - now, 0.005))
+            done.wait(min(deadline - now, 0.01))
         if future.exception() is not None:
             raise ToolError(f"{spec.target} failed: {future.exception()}")
         return future.result()
