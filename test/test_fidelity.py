@@ -44,8 +44,10 @@ def test_teacher_forced_agreement_with_llama_cpp(model, fixture):
     s = score(engine, fixture)
     print(f"\n{model}: {s}")
     assert s["prompts"] >= 20 and s["tokens"] >= 20 * 64
-    # Measured: Gemma 3 270M 97.7 % / 0.029 nat, SmolLM2 97.5 % / 0.034 nat (the fp32 "exact" policy gives the same
-    # agreement: the remaining flips are llama.cpp-side near-ties, see the issue note). Guard against regressions.
+    # Measured: Gemma 3 270M 97.6 % / 0.028 nat, SmolLM2 97.5 % / 0.034 nat (the fp32 "exact" policy, and our decode
+    # path token by token, give the same). llama.cpp agrees with its own greedy decode on 98.0 % / 0.028 nat of the
+    # Gemma positions when it evaluates them batched (bench/llamacpp_self_agreement.py): the remaining flips are
+    # near-ties that llama.cpp's own numerics flip. Guard against regressions.
     assert s["top1_agreement"] >= 0.965, s
     assert s["mean_abs_logprob_diff"] <= 0.05, s
     assert s["top5_overlap"] >= 0.9, s  # ranks far below the top come from the 4-bit head (linear.HEAD_MARGIN)

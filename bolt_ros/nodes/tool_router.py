@@ -114,7 +114,11 @@ class ToolRouter:
         feedback: dict = {}
         self.send_latency_ms.append((time.perf_counter() - t0) * 1e3)
         send = client.send_goal_async(goal, feedback_callback=lambda fb: feedback.update(msg_to_dict(fb.feedback)))
-        handle = self._wait(send, cancel, t0 + spec.timeout_s, spec, "the goal to be accepted")
+        try:
+            handle = self._wait(send, cancel, t0 + spec.timeout_s, spec, "the goal to be accepted")
+        except ToolError:
+            send.add_done_callback(_cancel_if_accepted)  # accepted after we stopped waiting: must not run unseen
+            raise
         if not handle.accepted:
             raise ToolError(f"{spec.target} rejected the goal {json.dumps(fields)}")
         seen = time.perf_counter()
@@ -177,6 +181,8 @@ class ToolRouter:
             if now > deadline:
                 raise ToolError(f"timed out after {spec.timeout_s:.1f} s waiting for {what} of {spec.target}")
             done.wait(min(deadline - now, 0.01))
+        if cancel.is_set():  # a barge-in cancelled the goal: its CANCELED result may land before we look at cancel
+            raise ToolError(f"interrupted by the user while waiting for {what} of {spec.target}")
         if future.exception() is not None:
             raise ToolError(f"{spec.target} failed: {future.exception()}")
         return future.result()
@@ -230,3 +236,9 @@ class ToolRouter:
             tool.set_enum(names, descs)
             self.log.info(f"tool {name}: {src.parameter} is one of {', '.join(names)}")
         return all_filled
+
+
+def _cancel_if_accepted(send_future: Future) -> None:
+    handle = send_future.result() if send_future.exception() is None else None
+    if handle is not None and handle.accepted:
+        handle.cancel_goal_async()
