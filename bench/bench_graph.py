@@ -1,6 +1,6 @@
 """Overhead of the assistant graph itself (no model): p50/p99 over many turns, in milliseconds.
 
-    python bench/bench_graph.py [--runs 200] [--robot-process] [--json out.json]
+    python bench/bench_graph.py [--runs 200] [--gap-ms 0] [--robot-process] [--json out.json]
 
 One process (bringup's layout): the simulated robot and the assistant (scripted backend: replies instantly, so
 only the graph's own work is measured) on one SingleThreadedExecutor, as bringup runs them; a probe publishes
@@ -96,6 +96,9 @@ async def _succeed(goal_handle):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--gap-ms", type=float, default=0.0,
+                    help="pause between turns (0: back to back, the stress case: ~50 turns/s keep ~100 finished "
+                         "goals in every action status message; a person speaks every few seconds)")
     ap.add_argument("--robot-process", action="store_true", help="the simulated robot in a separate process")
     ap.add_argument("--json", help="write the numbers here")
     args = ap.parse_args(argv)
@@ -136,6 +139,7 @@ def main(argv=None) -> int:
                           assistant.router.accept_seen_latency_ms, assistant.router.send_latency_ms):
                     d.clear()
             idle.clear()
+            time.sleep(args.gap_ms / 1e3)
             pub.publish(String(data=f"look over there {i}"))
             if not idle.wait(5.0):
                 raise SystemExit(f"turn {i} did not finish")
