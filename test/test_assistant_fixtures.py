@@ -29,6 +29,13 @@ EXTRA_TOOLS = """
   type: bolt_ros/action/GotoPose
   parameters: {type: object, properties: {yaw: {type: number}}, required: [yaw]}
   goal: {target.head_yaw: {arg: yaw}, duration: 0.3}
+- name: slow_accept
+  description: a server that takes longer to accept a goal than this tool waits
+  kind: action
+  target: slow_accept
+  type: bolt_ros/action/GotoPose
+  timeout_s: 0.2
+  goal: {duration: 0.1}
 - name: hasty_animation
   description: an animation with a timeout shorter than the animation
   kind: action

@@ -67,6 +67,40 @@ def test_result_timeout_cancels_the_goal(ros):
     wait_for(lambda: assistant.router.running_goals() == 0, what="the timed-out goal to end")
 
 
+def test_a_goal_accepted_after_the_timeout_is_cancelled(ros):
+    """The router gave up waiting for acceptance; the server accepts later: that goal must not run unseen."""
+    from bolt_ros.action import GotoPose
+    from conftest import RosHarness
+    from rclpy.action import ActionServer, CancelResponse, GoalResponse
+
+    server_side = RosHarness(threads=4)  # its goal callback blocks
+    try:
+        node = server_side.node("slow_server")
+        cancelled = threading.Event()
+
+        def slow_accept(_goal):
+            time.sleep(0.5)
+            return GoalResponse.ACCEPT
+
+        def execute(goal_handle):
+            deadline = time.monotonic() + 5.0
+            while not goal_handle.is_cancel_requested and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if goal_handle.is_cancel_requested:
+                cancelled.set()
+                goal_handle.canceled()
+            return GotoPose.Result()
+
+        ActionServer(node, GotoPose, "slow_accept", execute_callback=execute, goal_callback=slow_accept,
+                     cancel_callback=lambda _g: CancelResponse.ACCEPT)
+        assistant, _, _ = start(ros, [])
+        out = _call(assistant, "slow_accept", {})
+        assert not out.ok and out.error == "timed out after 0.2 s waiting for the goal to be accepted of slow_accept"
+        wait_for(cancelled.is_set, 3.0, "the late-accepted goal to be cancelled")
+    finally:
+        server_side.close()
+
+
 def test_errors_reach_the_model_and_the_node_keeps_going(ros):
     script = [{"match": "dance", "reply": [
         {"tool_call": {"name": "teleport", "arguments": {}}},
