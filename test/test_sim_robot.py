@@ -18,7 +18,7 @@ from sensor_msgs.msg import JointState
 
 from bolt_ros.nodes.animation_server import AnimationServer
 from bolt_ros.nodes.motion_server import MotionServer, MotionServerConfig
-from bolt_ros.nodes.sim_robot import SimRobot, msg_to_pose, pose_to_msg
+from bolt_ros.nodes.sim_robot import SimRobot, SimRobotConfig, msg_to_pose, pose_to_msg
 from bolt_ros.robot import (
     CANCELLED,
     FINISHED,
@@ -365,3 +365,11 @@ def test_node_config_comes_from_ros_parameters(ros):
     assert sim.config.publish_rate_hz == 60.0  # an int override of a float field is coerced
     with pytest.raises(ValueError, match=r"motion_server[\s\S]*limit_mode"):
         MotionServer(sim, context=ros.context, parameter_overrides=[Parameter("limit_mode", value="ignore")])
+
+
+def test_a_bad_robot_config_is_a_clear_error(ros, tmp_path):
+    bad = tmp_path / "robot.yaml"
+    bad.write_text("limits: [1, 2\n")
+    for path, why in (("/nonexistent/robot.yaml", "cannot read robot config"), (str(bad), "robot.yaml")):
+        with pytest.raises(ValueError, match=rf"node 'sim_robot': [\s\S]*{why}"):
+            SimRobot(SimRobotConfig(robot_config=path), context=ros.context)

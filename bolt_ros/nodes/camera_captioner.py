@@ -127,6 +127,8 @@ class CameraCaptioner(Node):
             self.get_logger().info(f"caption: {text}")
 
     def close(self) -> None:
+        if not hasattr(self, "_thread"):  # __init__ failed before the loop started
+            return
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)

@@ -64,6 +64,8 @@ class SimRobot(Node):
         self._tick_hooks.append(hook)
 
     def close(self) -> None:
+        if not hasattr(self, "_thread"):  # __init__ failed before the loop started
+            return
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
