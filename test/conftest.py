@@ -101,3 +101,68 @@ def ros():
         yield harness
     finally:
         harness.close()
+
+
+@pytest.fixture(scope="session")
+def real_ggufs():
+    """The two real models from PyPI, opened once: {"default": Gemma 3 270M, "default-chat": SmolLM2-135M}."""
+    from bolt_ros.engine.default_models import resolve_model
+    from bolt_ros.engine.gguf_file import GGUFFile
+
+    files = {m: GGUFFile(resolve_model(m)) for m in ("default", "default-chat")}
+    yield files
+    for f in files.values():
+        f.close()
+
+
+class BringupConsole:
+    """`python -m bolt_ros.bringup --console ARGS` (the README's main job) in a subprocess; its output is collected
+    line by line. Use as a context manager: the process is killed if a test leaves it running."""
+
+    def __init__(self, *args: str):
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "bolt_ros.bringup", "--console", *args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=os.environ.copy(), cwd=Path(__file__).resolve().parent.parent)
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_line(self, pred: Callable[[str], bool], timeout: float = 20.0) -> str:
+        """The first output line satisfying pred; fails the test (with the output) after `timeout` s or on exit."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            hit = next((line for line in list(self.lines) if pred(line)), None)
+            if hit is not None:
+                return hit
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.proc.kill()
+        raise AssertionError("no such line in:\n" + self.output())
+
+    def type(self, text: str) -> None:
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def stop_with_sigint(self, exit_within: float) -> None:
+        """One SIGINT must end everything cleanly: exit status 0 within `exit_within` s, no traceback."""
+        import signal
+
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGINT)
+        assert self.proc.wait(timeout=2 * exit_within) == 0 and time.monotonic() - t0 < exit_within
+        self.wait_line(lambda s: "bringup: stopped" in s, timeout=2)
+        assert "Traceback" not in self.output()
+
+    def __enter__(self) -> BringupConsole:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()

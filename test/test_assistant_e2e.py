@@ -12,9 +12,6 @@ test_assistant_node.py cover the tool path).
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -25,7 +22,7 @@ import pytest
 from action_msgs.msg import GoalStatus
 from bolt_ros.action import Converse
 from bolt_ros.msg import AssistantEvent
-from conftest import wait_for
+from conftest import BringupConsole, wait_for
 from rclpy.action import ActionClient
 from test_assistant_fixtures import Probe
 
@@ -107,40 +104,14 @@ def test_default_chat_model_answers_through_the_graph(ros):
 # ---- `make run`: bringup with the console, default config --------------------------------------------------------
 
 def test_bringup_console_with_the_default_config_replies_and_stops_on_one_sigint():
-    proc = subprocess.Popen([sys.executable, "-m", "bolt_ros.bringup", "--console"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy(),
-                            cwd=ROOT)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
-
-    def wait_line(pred, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            hit = next((line for line in list(lines) if pred(line)), None)
-            if hit is not None:
-                return hit
-            if proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        proc.kill()
-        raise AssertionError("no such line in:\n" + "".join(lines))
-
-    try:
-        wait_line(lambda s: "nodes running" in s, timeout=60)
-        assert "backend embedded" in "".join(lines)
-        wait_line(lambda s: "name is one of" in s, timeout=20)  # the assistant knows the robot's animations
-        proc.stdin.write("Hello robot, how are you?\n")
-        proc.stdin.flush()
-        reply = wait_line(lambda s: s.startswith("Bolt: "), timeout=60)
+    with BringupConsole() as console:
+        console.wait_line(lambda s: "nodes running" in s, timeout=60)
+        assert "backend embedded" in console.output()
+        console.wait_line(lambda s: "name is one of" in s, timeout=20)  # the assistant knows the robot's animations
+        console.type("Hello robot, how are you?\n")
+        reply = console.wait_line(lambda s: s.startswith("Bolt: "), timeout=60)
         assert len(reply.strip()) > len("Bolt: ")
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)  # most likely mid-generation: the reply is up to 200 tokens
-        assert proc.wait(timeout=10) == 0 and time.monotonic() - t0 < 5.0
-        wait_line(lambda s: "bringup: stopped" in s, timeout=2)
-        assert "Traceback" not in "".join(lines)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        console.stop_with_sigint(exit_within=5.0)  # most likely mid-generation: the reply is up to 200 tokens
 
 
 # ---- the openai backend: real llama-server where installed, the in-test server otherwise --------------------------

@@ -6,16 +6,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
-import threading
-import time
 import types
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import BringupConsole
 
 from bolt_ros.bringup import parse
 from bolt_ros.graph import describe_graph, launch_arguments, package_file, parse_arguments
@@ -111,42 +109,19 @@ def _script_config(tmp_path) -> Path:
 
 
 def test_bringup_console_runs_the_graph_and_stops_on_one_sigint(tmp_path):
-    cmd = [sys.executable, "-m", "bolt_ros.bringup", "--console", "--config", str(_script_config(tmp_path)),
-           "backend:=scripted", "use_caption_bridge:=false"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=os.environ.copy(), cwd=ROOT)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
-
-    def wait_line(pred, timeout=20.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(pred(line) for line in list(lines)):
-                return
-            time.sleep(0.05)
-        proc.kill()
-        raise AssertionError("no such line in:\n" + "".join(lines))
-
-    try:
-        wait_line(lambda s: "nodes running" in s)
-        wait_line(lambda s: "name is one of" in s)  # the assistant learned the animations from the robot
-        proc.stdin.write("/see a person waving at you\nplease wave back\n")
-        proc.stdin.flush()
-        wait_line(lambda s: s.startswith("Bolt: That was a happy wiggle."))
+    with BringupConsole("--config", str(_script_config(tmp_path)), "backend:=scripted",
+                        "use_caption_bridge:=false") as console:
+        console.wait_line(lambda s: "nodes running" in s)
+        console.wait_line(lambda s: "name is one of" in s)  # the assistant learned the animations from the robot
+        console.type("/see a person waving at you\nplease wave back\n")
+        console.wait_line(lambda s: s.startswith("Bolt: That was a happy wiggle."))
         # events and speech are different topics: their lines may arrive in either order
-        wait_line(lambda s: "[tool] play_animation -> ok" in s)
-        out = "".join(lines)
+        console.wait_line(lambda s: "[tool] play_animation -> ok" in s)
+        out = console.output()
         assert "[camera] a person waving at you" in out and "Bolt: Hello there!" in out
         assert '[tool] play_animation {"name": "happy"}' in out and "[tool] play_animation -> ok" in out
         assert "[motion] head r/p/y" in out  # the robot moved while the console watched
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=5) == 0 and time.monotonic() - t0 < 3.0
-        wait_line(lambda s: "bringup: stopped" in s, timeout=2)
-        assert "Traceback" not in "".join(lines)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        console.stop_with_sigint(exit_within=3.0)
 
 
 def test_bringup_reports_a_bad_config_without_a_traceback(tmp_path):

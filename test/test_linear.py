@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from bolt_ros.engine import linear
-from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gguf_file import GGUFFile, torch_shape
+from bolt_ros.engine.gguf_file import torch_shape
 from bolt_ros.engine.linear import FAST_SCHEME, QuantEmbedding, QuantLinear
 from bolt_ros.engine.quants import GGML_BLOCK, GGMLType, dequantize, random_raw, row_nbytes
 
@@ -28,20 +27,12 @@ REAL = {  # one real tensor per type (Gemma 3 270M, SmolLM2-135M), first 256 out
 }
 
 
-@pytest.fixture(scope="module")
-def files():
-    fs = {m: GGUFFile(resolve_model(m)) for m in ("default", "default-chat")}
-    yield fs
-    for f in fs.values():
-        f.close()
-
-
-def _real(files, key: str, rows: int = 256):
+def _real(real_ggufs, key: str, rows: int = 256):
     model, name = REAL[key]
-    info = files[model].info(name)
+    info = real_ggufs[model].info(name)
     shape = torch_shape(info)
     rows = min(rows, shape[0])
-    return files[model].raw(name)[: rows * row_nbytes(info.ggml_type, shape[1])], info.ggml_type, (rows, shape[1])
+    return real_ggufs[model].raw(name)[: rows * row_nbytes(info.ggml_type, shape[1])], info.ggml_type, (rows, shape[1])
 
 
 def _errors(y: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -50,8 +41,8 @@ def _errors(y: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("key", list(REAL))
-def test_fast_matches_exact_on_real_tensors(files, key):
-    raw, t, shape = _real(files, key)
+def test_fast_matches_exact_on_real_tensors(real_ggufs, key):
+    raw, t, shape = _real(real_ggufs, key)
     exact = QuantLinear(raw, t, shape, policy="exact")
     fast = QuantLinear(raw, t, shape, policy="fast")
     assert exact.scheme == "f32" and fast.scheme == FAST_SCHEME[t]
@@ -65,9 +56,9 @@ def test_fast_matches_exact_on_real_tensors(files, key):
         assert mean < MEAN_TOL and mx < MAX_TOL, (key, fast.scheme, mean, mx)
 
 
-def test_int8_requant_is_measurably_worse(files):
+def test_int8_requant_is_measurably_worse(real_ggufs):
     """The per-row int8 form is not used by 'fast' because requantizing block scales costs ~3x the error."""
-    raw, t, shape = _real(files, "Q5_0")
+    raw, t, shape = _real(real_ggufs, "Q5_0")
     x = torch.randn(8, shape[1], generator=torch.Generator().manual_seed(1))
     ref = x.double() @ dequantize(raw, t, shape).double().t()
     mean8, _ = _errors(QuantLinear(raw, t, shape, scheme="int8")(x), ref)
@@ -109,8 +100,8 @@ def test_fast_matches_exact_on_synthetic_types(t):
     assert mean < MEAN_TOL and mx < MAX_TOL, (fast.scheme, mean, mx)
 
 
-def test_prefill_rows_take_the_exact_dense_path(files):
-    raw, t, shape = _real(files, "Q4_K", rows=64)
+def test_prefill_rows_take_the_exact_dense_path(real_ggufs):
+    raw, t, shape = _real(real_ggufs, "Q4_K", rows=64)
     layer = QuantLinear(raw, t, shape)
     x = torch.randn(linear.PREFILL_DENSE_ROWS, shape[1])
     ref = x.double() @ dequantize(raw, t, shape).double().t()
@@ -120,8 +111,8 @@ def test_prefill_rows_take_the_exact_dense_path(files):
     assert _errors(head(x), ref)[1] > 1e-4
 
 
-def test_shapes_and_batch_dims(files):
-    raw, t, shape = _real(files, "Q5_0", rows=64)
+def test_shapes_and_batch_dims(real_ggufs):
+    raw, t, shape = _real(real_ggufs, "Q5_0", rows=64)
     layer = QuantLinear(raw, t, shape)
     x = torch.randn(2, 3, shape[1])
     y = layer(x)
@@ -132,27 +123,27 @@ def test_shapes_and_batch_dims(files):
         layer(torch.zeros(1, 5))
 
 
-def test_memory_stays_packed(files):
-    raw, t, shape = _real(files, "Q8_0 head", rows=1024)
+def test_memory_stays_packed(real_ggufs):
+    raw, t, shape = _real(real_ggufs, "Q8_0 head", rows=1024)
     n = shape[0] * shape[1]
     assert QuantLinear(raw, t, shape, policy="exact").weight_bytes == 4 * n
     fast = QuantLinear(raw, t, shape)
     assert fast.scheme == "int4x2" and fast.weight_bytes <= 1.25 * n  # Q8_0 itself: 1.0625 bytes/weight
-    raw4, t4, shape4 = _real(files, "Q4_K")
+    raw4, t4, shape4 = _real(real_ggufs, "Q4_K")
     assert QuantLinear(raw4, t4, shape4).weight_bytes <= 0.625 * shape4[0] * shape4[1]
 
 
-def test_gguf_policy_uses_the_kernel_facade(files):
+def test_gguf_policy_uses_the_kernel_facade(real_ggufs):
     """policy 'gguf' keeps the GGUF blocks (the Triton path on CUDA); on CPU the facade's torch reference runs."""
-    raw, t, shape = _real(files, "Q4_K", rows=32)
+    raw, t, shape = _real(real_ggufs, "Q4_K", rows=32)
     layer = QuantLinear(raw, t, shape, policy="gguf")
     assert layer.scheme == "gguf" and layer.weight_bytes == len(raw)
     x = torch.randn(2, shape[1])
     torch.testing.assert_close(layer(x), x @ dequantize(raw, t, shape).t(), rtol=1e-5, atol=1e-5)
 
 
-def test_bad_arguments_are_clear_errors(files):
-    raw, t, shape = _real(files, "Q4_K", rows=16)
+def test_bad_arguments_are_clear_errors(real_ggufs):
+    raw, t, shape = _real(real_ggufs, "Q4_K", rows=16)
     with pytest.raises(ValueError, match="needs 9216 bytes, got 9215"):
         QuantLinear(raw[:-1], t, shape)
     with pytest.raises(ValueError, match="unsupported tensor type"):
@@ -178,8 +169,8 @@ def test_odd_output_count_falls_back_from_int4():
     assert _errors(layer(x), ref)[0] < 3e-2
 
 
-def test_embedding_gathers_rows_without_copying(files):
-    gf = files["default"]
+def test_embedding_gathers_rows_without_copying(real_ggufs):
+    gf = real_ggufs["default"]
     info = gf.info("token_embd.weight")
     shape, raw = torch_shape(info), gf.raw("token_embd.weight")
     emb = QuantEmbedding(raw, info.ggml_type, shape)

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from bolt_ros.engine import quants
-from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gguf_file import GGUFFile, torch_shape
+from bolt_ros.engine.gguf_file import torch_shape
 from bolt_ros.engine.quants import GGML_BLOCK, GGMLType, dequantize, dequantize_rows, random_raw, row_nbytes
 
 ROWS = 300  # rows sliced out of big real tensors: enough blocks to hit every code, fast to compare
@@ -30,14 +29,6 @@ def _assert_bits_equal(ours: torch.Tensor, ref: np.ndarray) -> None:
     nan = np.isnan(ref)  # NaN payloads may differ between numpy and torch casts; only the F* types can produce NaN
     assert np.array_equal(np.isnan(ours.numpy()), nan)
     assert np.array_equal(a[~nan], b[~nan]), f"{int((a != b).sum())} elements differ"
-
-
-@pytest.fixture(scope="module")
-def real_files():
-    files = {m: GGUFFile(resolve_model(m)) for m in ("default", "default-chat")}
-    yield files
-    for f in files.values():
-        f.close()
 
 
 def test_block_table_matches_gguf():
@@ -61,10 +52,10 @@ def test_chunked_path_bit_exact(ggml_type, monkeypatch):
     _assert_bits_equal(dequantize(raw, ggml_type, shape), _gguf_ref(raw, ggml_type, shape))
 
 
-def test_real_tensors_bit_exact(real_files):
+def test_real_tensors_bit_exact(real_ggufs):
     """Every (type, rank) in both real files: a real tensor (first ROWS rows of big ones) bit-exact vs gguf-py."""
     seen: dict[str, set[str]] = {}
-    for model, gf in real_files.items():
+    for model, gf in real_ggufs.items():
         done = set()
         for name, info in gf.tensors.items():
             key = (info.ggml_type, len(info.shape))
@@ -80,8 +71,8 @@ def test_real_tensors_bit_exact(real_files):
     assert seen["default-chat"] == {"F32", "Q8_0", "Q4_1"}
 
 
-def test_row_gather_matches_full_dequantize(real_files):
-    gf = real_files["default"]
+def test_row_gather_matches_full_dequantize(real_ggufs):
+    gf = real_ggufs["default"]
     info = gf.info("token_embd.weight")  # Q8_0 [262144, 640]
     shape, raw = torch_shape(info), gf.raw("token_embd.weight")
     ids = torch.tensor([0, 2, 1000, 17, shape[0] - 1, 2])  # repeats and the last row

@@ -142,7 +142,7 @@ class AssistantNode(Node):
         stop_motion = self.config.barge_in and self.config.barge_in_stops_motion
         goals = self.router.cancellable_goals() if stop_motion else []  # taken before the new turn can add any
         if self.config.barge_in:
-            self._interrupt("barge-in", stop_motion=False)
+            self._interrupt("barge-in")
         with self._lock:
             self._pending.append(job)
         self._jobs.put(job)
@@ -150,14 +150,12 @@ class AssistantNode(Node):
         self.router.cancel_goals(goals)
         return job
 
-    def _interrupt(self, why: str, *, stop_motion: bool) -> None:
-        """Stop the running and queued turns (and, with stop_motion, the running goals)."""
+    def _interrupt(self, why: str) -> None:
+        """Stop the running and queued turns (running goals are the caller's business)."""
         with self._lock:
             victims = [j for j in (self._current, *self._pending) if j is not None and not j.done.is_set()]
         for j in victims:
             j.stop(why)
-        if stop_motion:
-            self.router.cancel_running()
 
     def _on_cancel(self, goal: ServerGoalHandle) -> CancelResponse:
         with self._lock:
@@ -280,7 +278,7 @@ class AssistantNode(Node):
     def close(self) -> None:
         """Stop the worker (interrupting the running turn); spin_nodes calls this before destroying the node."""
         self._closing.set()
-        self._interrupt("shutdown", stop_motion=False)
+        self._interrupt("shutdown")
         self._jobs.put(None)
         self._worker.join(timeout=2.0)
         with self._lock:  # turns the worker never reached: their goals must still end

@@ -13,7 +13,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 
 from bolt_ros.msg import Caption
-from bolt_ros.nodes.common import declare_config, run_nodes
+from bolt_ros.nodes.common import NodeLoop, declare_config, run_nodes
 from bolt_ros.perception import Captioner, PerceptionConfig, image_to_gray, to_gray
 
 REOPEN_PERIOD_S = 5.0  # a camera that failed to open is retried this often
@@ -48,9 +48,7 @@ class CameraCaptioner(Node):
             self._sub = self.create_subscription(Image, cfg.image_topic, self._on_image, 2)
         # frames are read and analysed on the node's own thread: a slow camera read or a face detection never holds
         # up the executor, which the other nodes of the process share (spin_nodes is single-threaded)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="camera-captioner", daemon=True)
-        self._thread.start()
+        self._frames = NodeLoop(self._loop, "camera-captioner").start()
         self.get_logger().info(f"captioning from {self._describe_source()}")
 
     def _describe_source(self) -> str:
@@ -84,7 +82,7 @@ class CameraCaptioner(Node):
             self.get_logger().warning(f"no frame from {self._describe_source()}", throttle_duration_sec=5.0)
             if self.config.source == "video":
                 self.get_logger().info("end of video")
-                self._stop.set()
+                self._frames.stopping.set()
             return None
         return to_gray(frame), self.config.frame_id
 
@@ -104,9 +102,9 @@ class CameraCaptioner(Node):
         self._capture = capture
         return capture
 
-    def _loop(self) -> None:
+    def _loop(self, stopping: threading.Event) -> None:
         period = 1.0 / self.config.process_rate_hz
-        while not self._stop.wait(period):
+        while not stopping.wait(period):
             self._tick()
 
     def _tick(self) -> None:
@@ -127,11 +125,8 @@ class CameraCaptioner(Node):
             self.get_logger().info(f"caption: {text}")
 
     def close(self) -> None:
-        if not hasattr(self, "_thread"):  # __init__ failed before the loop started
-            return
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=2.0)
+        if hasattr(self, "_frames"):  # not when __init__ failed before the loop started
+            self._frames.stop()
 
     def destroy_node(self) -> None:
         self.close()

@@ -52,6 +52,24 @@ def declare_config(node: Node, config: C) -> C:
         raise ValueError(f"node {node.get_name()!r}: invalid parameters:\n{e}") from e
 
 
+class NodeLoop:
+    """A node's own thread (a control loop, a frame loop): `body(stopping)` runs until stop() sets `stopping`. Work
+    that must not hold up the executor the process's nodes share lives here."""
+
+    def __init__(self, body: Callable[[threading.Event], None], name: str):
+        self.stopping = threading.Event()
+        self._thread = threading.Thread(target=body, args=(self.stopping,), name=name, daemon=True)
+
+    def start(self) -> NodeLoop:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.stopping.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
+
+
 def wake_on_done(future: Future, node: Node) -> Future:
     """Make completing `future` (from any thread) wake the node's executor. rclpy tasks poll the futures they
     await, once per executor wake-up: without this a coroutine waiting on work done by one of our threads would

@@ -18,7 +18,7 @@ from rclpy.task import Future
 from sensor_msgs.msg import JointState
 
 from bolt_ros.msg import RobotPose
-from bolt_ros.nodes.common import declare_config, run_nodes, wake_on_done
+from bolt_ros.nodes.common import NodeLoop, declare_config, run_nodes, wake_on_done
 from bolt_ros.robot import CANCELLED, JOINT_NAMES, Motion, MotionController, RobotConfig, load_robot_config
 
 
@@ -54,45 +54,40 @@ class SimRobot(Node):
         # The state loop runs in its own thread, as a robot's control loop does, not as an executor timer: an rclpy
         # timer costs a full executor wake-up per tick (~20% of a core at 100 Hz with the servers' entities in the
         # wait set) and its rate fell below 50 Hz whenever the executor was busy (measured on a 2-core machine).
-        self._stop = threading.Event()
         self._tick_hooks: list[Callable[[], None]] = []
-        self._thread = threading.Thread(target=self._loop, name="sim-robot-joint-states", daemon=True)
-        self._thread.start()
+        self._control = NodeLoop(self._loop, "sim-robot-joint-states").start()
 
     def add_tick_hook(self, hook: Callable[[], None]) -> None:
         """Run hook() on the control loop after every joint-state cycle (the servers follow their goals there)."""
         self._tick_hooks.append(hook)
 
     def close(self) -> None:
-        if not hasattr(self, "_thread"):  # __init__ failed before the loop started
-            return
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
+        if hasattr(self, "_control"):  # not when __init__ failed before the loop started
+            self._control.stop()
 
     def destroy_node(self) -> None:
         self.close()
         super().destroy_node()
 
-    def _loop(self) -> None:
+    def _loop(self, stopping: threading.Event) -> None:
         """Publish at publish_rate_hz on absolute deadlines (no drift); after a stall longer than one period it
         resumes from now instead of bursting the missed ticks."""
         period = 1.0 / self.config.publish_rate_hz
         next_tick = time.monotonic()
-        while not self._stop.is_set():
+        while not stopping.is_set():
             try:
                 self._publish()
                 for hook in self._tick_hooks:
                     hook()
             except Exception as e:  # e.g. the context shut down under us: the node is going away
-                if not self._stop.wait(period):
+                if not stopping.wait(period):
                     self.get_logger().warning(f"control loop: {type(e).__name__}: {e}", throttle_duration_sec=5.0)
             next_tick += period
             delay = next_tick - time.monotonic()
             if delay < -period:
                 next_tick, delay = time.monotonic(), 0.0
             if delay > 0:
-                self._stop.wait(delay)
+                stopping.wait(delay)
 
     def _publish(self) -> None:
         position, velocity = self.controller.state()
