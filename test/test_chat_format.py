@@ -10,12 +10,12 @@ from bolt_ros.engine.chat_format import (
     ChatFormat,
     ChatFormatError,
     Gemma3ChatFormat,
-    JinjaChatFormat,
     PassthroughParser,
     TextEvent,
 )
 from bolt_ros.engine.default_models import resolve_model
 from bolt_ros.engine.gguf_file import GGUFFile
+from bolt_ros.engine.jinja_format import JinjaChatFormat
 from bolt_ros.engine.tokenizer import Segment, Tokenizer
 
 CONVERSATION = [

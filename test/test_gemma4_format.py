@@ -16,7 +16,6 @@ from bolt_ros.engine.chat_format import (
     TextEvent,
     ThoughtEvent,
     ToolCallEvent,
-    make_jinja_env,
 )
 from bolt_ros.engine.default_models import resolve_model
 from bolt_ros.engine.gemma4_format import (
@@ -26,6 +25,7 @@ from bolt_ros.engine.gemma4_format import (
     render_gemma4,
 )
 from bolt_ros.engine.gguf_file import GGUFFile
+from bolt_ros.engine.jinja_format import make_jinja_env
 from bolt_ros.engine.tokenizer import Tokenizer
 from bolt_ros.engine.tool_calls import QUOTE, format_call
 

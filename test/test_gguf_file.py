@@ -341,3 +341,14 @@ def test_deeply_nested_arrays(tmp_path):
                          ids=["string", "array", "float"])
 def test_alignment_of_wrong_type(tmp_path, payload):
     expect_error(write(tmp_path, build([payload], [])), "general.alignment")
+
+
+def test_ggml_type_table_is_ggmls():
+    """Our size table (kept so the engine need not import gguf-py) says what gguf-py's does, for every type."""
+    from gguf.constants import GGML_QUANT_SIZES
+
+    from bolt_ros.engine.ggml_types import GGML_TYPES, type_name
+
+    assert {t: (QT(t).name, *GGML_QUANT_SIZES[QT(t)]) for t in GGML_TYPES} == GGML_TYPES
+    assert set(GGML_TYPES) == {int(t) for t in GGML_QUANT_SIZES}
+    assert type_name(12) == "Q4_K" and type_name(4) == "ggml type 4"

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import mmap
 import struct
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from .ggml_types import block_size, type_name
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -49,7 +52,7 @@ class TensorInfo:
 
     @property
     def type_name(self) -> str:
-        return GGMLQuantizationType(self.ggml_type).name
+        return type_name(self.ggml_type)
 
     @property
     def n_elements(self) -> int:
@@ -63,13 +66,13 @@ def torch_shape(info: TensorInfo) -> tuple[int, ...]:
 
 def tensor_nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
     """Bytes a tensor of this type and ggml shape occupies; validates that rows split into whole blocks."""
-    try:
-        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
-    except (ValueError, KeyError):
-        raise GGUFError(f"unknown ggml tensor type {ggml_type}") from None
+    sizes = block_size(ggml_type)
+    if sizes is None:
+        raise GGUFError(f"unknown ggml tensor type {ggml_type}")
+    block, block_bytes = sizes
     if shape[0] % block:
         raise GGUFError(f"row length {shape[0]} is not a multiple of the {block}-element block of type "
-                        f"{GGMLQuantizationType(ggml_type).name}")
+                        f"{type_name(ggml_type)}")
     n = 1
     for d in shape:
         n *= d
@@ -146,26 +149,84 @@ class _Cursor:
             return [self.value(_ARRAY, f"{what}[{i}]", depth) for i in range(count)]
         raise GGUFError(f"{what}: unknown array element type {etype}")
 
-    def _strings(self, count: int, what: str) -> list[str]:
+    def _strings(self, count: int, what: str) -> StringArray:
+        """A string array as one compact StringArray: the 262k-entry vocabularies would otherwise cost ~20 MiB of
+        str objects for the life of the process."""
         buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
-        view = memoryview(buf)
-        out = [None] * count
-        for i in range(count):  # the 262k-entry vocabularies: keep this loop minimal
+        first = pos
+        starts = array("q", bytes(8 * count))  # payload offsets; count * 8 <= the file's remaining bytes
+        for i in range(count):  # keep this loop minimal
             if pos + 8 > size:
                 raise GGUFError(f"truncated file: {what}[{i}] length at offset {pos}")
             (n,) = unpack(buf, pos)
             pos += 8
             if pos + n > size:
                 raise GGUFError(f"truncated file: {what}[{i}] needs {n} bytes at offset {pos}")
-            # straight from the buffer to str: no intermediate bytes objects (262k of them fragment the heap)
-            try:
-                out[i] = str(view[pos:pos + n], "utf-8")
-            except UnicodeDecodeError:
-                # GPT-2/SPM vocabularies are valid UTF-8; anything else is kept decodable but marked
-                out[i] = str(view[pos:pos + n], "utf-8", "surrogateescape")
+            starts[i] = pos
             pos += n
         self.pos = pos
-        return out
+        if count == 0:
+            return StringArray(b"", [0])
+        # drop the 8-byte length prefixes from the region in one vectorized pass (no per-string objects)
+        region = np.frombuffer(buf, np.uint8, pos - first, first)
+        rel = np.frombuffer(starts, np.int64) - first
+        edge = np.zeros(len(region) + 1, np.int8)
+        edge[rel - 8] = 1  # each index list is duplicate-free; an empty string's end is the next one's prefix start
+        edge[rel] -= 1
+        payload = np.cumsum(edge[:-1], dtype=np.int8) == 0
+        lengths = np.diff(np.append(rel, len(region))) - 8
+        lengths[-1:] += 8  # the last string runs to the region's end
+        return StringArray(region[payload].tobytes(), np.concatenate(([0], np.cumsum(lengths))))
+
+
+class StringArray(Sequence):
+    """An immutable sequence of strings stored as one UTF-8 blob plus offsets; items are decoded on access.
+
+    Invalid UTF-8 decodes with surrogateescape (GPT-2/SPM vocabularies are valid; anything else stays decodable and
+    round-trips to the same bytes)."""
+
+    __slots__ = ("_blob", "_offsets")
+
+    def __init__(self, blob: bytes, offsets: Sequence[int] | np.ndarray):
+        self._blob = blob
+        self._offsets = array("q", np.asarray(offsets, np.int64).tobytes())
+
+    @classmethod
+    def from_strings(cls, strings: Iterable[str]) -> StringArray:
+        enc = [t.encode("utf-8", "surrogateescape") for t in strings]
+        return cls(b"".join(enc), np.concatenate(([0], np.cumsum([len(b) for b in enc], dtype=np.int64))))
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        o = self._offsets
+        return str(self._blob[o[i]:o[i + 1]] if i >= 0 else self._blob[o[i - 1]:o[i]], "utf-8", "surrogateescape")
+
+    def byte_lengths(self) -> np.ndarray:
+        return np.diff(np.frombuffer(self._offsets, np.int64))
+
+    def raw(self, i: int) -> bytes:
+        """The stored bytes of item i (0 <= i < len)."""
+        return self._blob[self._offsets[i]:self._offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[str]:
+        blob, o = self._blob, self._offsets
+        for i in range(len(self)):
+            yield str(blob[o[i]:o[i + 1]], "utf-8", "surrogateescape")
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(t) for t in self[:3])
+        return f"StringArray([{head}{', ...' if len(self) > 3 else ''}], len={len(self)})"
 
 
 class GGUFFile:

@@ -16,6 +16,8 @@ from enum import IntEnum
 import numpy as np
 import torch
 
+from .ggml_types import block_size, type_name
+
 QK_K = 256  # super-block size of the K-quants
 
 
@@ -35,29 +37,8 @@ class GGMLType(IntEnum):
     BF16 = 30
 
 
-# ggml_type -> (elements per block, bytes per block)
-GGML_BLOCK: dict[int, tuple[int, int]] = {
-    GGMLType.F32: (1, 4),
-    GGMLType.F16: (1, 2),
-    GGMLType.BF16: (1, 2),
-    GGMLType.Q4_0: (32, 2 + 16),
-    GGMLType.Q4_1: (32, 2 + 2 + 16),
-    GGMLType.Q5_0: (32, 2 + 4 + 16),
-    GGMLType.Q5_1: (32, 2 + 2 + 4 + 16),
-    GGMLType.Q8_0: (32, 2 + 32),
-    GGMLType.Q2_K: (QK_K, QK_K // 16 + QK_K // 4 + 2 + 2),
-    GGMLType.Q3_K: (QK_K, QK_K // 8 + QK_K // 4 + 12 + 2),
-    GGMLType.Q4_K: (QK_K, 2 + 2 + 12 + QK_K // 2),
-    GGMLType.Q5_K: (QK_K, 2 + 2 + 12 + QK_K // 8 + QK_K // 2),
-    GGMLType.Q6_K: (QK_K, QK_K // 2 + QK_K // 4 + QK_K // 16 + 2),
-}
-
-
-def type_name(ggml_type: int) -> str:
-    try:
-        return GGMLType(ggml_type).name
-    except ValueError:
-        return f"ggml type {ggml_type}"
+# ggml_type -> (elements per block, bytes per block) of the types this engine computes
+GGML_BLOCK: dict[int, tuple[int, int]] = {t: block_size(t) for t in GGMLType}
 
 
 def check_type(ggml_type: int) -> tuple[int, int]:

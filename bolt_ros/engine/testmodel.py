@@ -41,7 +41,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from bolt_ros.engine import kquant_pack
-from bolt_ros.engine.gguf_file import GGUFFile
+from bolt_ros.engine.gguf_file import GGUFFile, StringArray
 
 Arch = Literal["gemma3", "gemma4", "llama", "dflash"]
 Quant = Literal["f32", "f16", "q8_0", "q4_k_m"]
@@ -424,7 +424,7 @@ def _meta_value(value: Any) -> tuple[Any, VT]:
     if isinstance(value, np.ndarray):
         vt = _NP_VT[value.dtype]
         return _Packed(vt, len(value), np.ascontiguousarray(value).tobytes()), VT.ARRAY
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+    if isinstance(value, StringArray) or (isinstance(value, list) and all(isinstance(s, str) for s in value)):
         return _pack_strings(value), VT.ARRAY
     raise TypeError(f"cannot copy metadata value of type {type(value).__name__}")
 

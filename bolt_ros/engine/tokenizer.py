@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from bolt_ros.engine.gguf_file import GGUFError, GGUFFile
+from bolt_ros.engine.gguf_file import GGUFError, GGUFFile, StringArray
+from bolt_ros.engine.vocab import Vocab
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -195,15 +196,17 @@ def _byte_to_unicode() -> tuple[str, ...]:
 class Tokenizer:
     """SPM or BPE tokenizer with llama.cpp-identical ids. Build with `from_gguf`."""
 
-    def __init__(self, *, model: str, tokens: list[str], token_types: Sequence[int], scores: Sequence[float] | None,
+    def __init__(self, *, model: str, tokens: Sequence[str], token_types: Sequence[int], scores: Sequence[float] | None,
                  merges: list[str] | None, pre: str | None, bos_id: int | None, eos_id: int | None,
                  unk_id: int | None = None, eot_id: int | None = None, eom_id: int | None = None,
                  add_bos: bool = False, add_eos: bool = False, add_space_prefix: bool = False):
         n = len(tokens)
         if n == 0:
             raise GGUFError("tokenizer.ggml.tokens is empty")
-        if "" in tokens:  # llama.cpp renames empty tokens so they cannot collide
-            tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        if not isinstance(tokens, StringArray):
+            tokens = StringArray.from_strings(tokens)
+        if (tokens.byte_lengths() == 0).any():  # llama.cpp renames empty tokens so they cannot collide
+            tokens = StringArray.from_strings(t or f"[EMPTY_{i}]" for i, t in enumerate(tokens))
         if len(token_types) != n:
             raise GGUFError(f"tokenizer.ggml.token_type has {len(token_types)} entries for {n} tokens")
         for key, tid in (("bos", bos_id), ("eos", eos_id), ("unknown", unk_id), ("eot", eot_id), ("eom", eom_id)):
@@ -217,13 +220,8 @@ class Tokenizer:
         self.vocab_size = n
         self.bos_id, self.eos_id, self.unk_id = bos_id, eos_id, unk_id
         self.add_bos, self.add_eos, self.add_space_prefix = add_bos, add_eos, add_space_prefix
-        self._tokens = tokens
         self._bytes_cache: dict[int, bytes] = {}
-        # dict/zip and numpy keep this C-speed: building Gemma's 262k vocabulary takes a fraction of a second
-        self._vocab: dict[str, int] = dict(zip(tokens, range(n)))
-        if len(self._vocab) != n:
-            dup = next(t for i, t in enumerate(tokens) if self._vocab[t] != i)
-            raise GGUFError(f"duplicate token in tokenizer.ggml.tokens: {dup!r}")  # as llama.cpp refuses them
+        self._vocab = Vocab(tokens)  # refuses duplicate texts, as llama.cpp does
         types = np.array(token_types, dtype=np.int32)
         self.eog_ids: set[int] = self._eog_and_fix_types(types, (eos_id, eot_id, eom_id))
         self._types = types
@@ -273,7 +271,6 @@ class Tokenizer:
         self._u2b = {c: b for b, c in enumerate(self._b2u)}
         self._word_cache: dict[str, list[int]] = {}
         # the vocabulary plain text may produce: all but CONTROL/UNKNOWN (prompt-injection safety)
-        self._plain_vocab = {t: i for t, i in self._vocab.items() if i not in self._control}
 
     def _eog_and_fix_types(self, types: np.ndarray, eog_ids: Iterable[int | None]) -> set[int]:
         """llama.cpp's end-of-generation set, and its type overrides: EOG/FIM texts become CONTROL (so Gemma 3's
@@ -287,8 +284,8 @@ class Tokenizer:
         if "<|tool_response>" in vocab and "</s>" in vocab:  # Gemma 4: </s> is text, not an end of generation
             eog.discard(vocab["</s>"])
             types[vocab["</s>"]] = NORMAL
-        names = vocab.keys()
-        if {"<|return|>", "<|call|>", "<|end|>"} <= names or {"<|calls|>", "<|flush|>", "<|end|>"} <= names:
+        harmony = (("<|return|>", "<|call|>", "<|end|>"), ("<|calls|>", "<|flush|>", "<|end|>"))
+        if any(all(t in vocab for t in names) for names in harmony):
             eog.discard(vocab["<|end|>"])  # harmony-style vocabularies: <|end|> ends a message, not the generation
             types[vocab["<|end|>"]] = USER_DEFINED
         return eog
@@ -309,7 +306,7 @@ class Tokenizer:
             return None if v is None else int(v)
 
         tokens = get("tokens")
-        if not isinstance(tokens, list):
+        if not isinstance(tokens, StringArray | list):
             raise GGUFError("tokenizer.ggml.tokens is missing or not a string array")
         model = get("model")
         if model is None:
@@ -329,12 +326,17 @@ class Tokenizer:
 
     # -- lookups -----------------------------------------------------------------------------------------------------
 
+    def _plain_id(self, text: str) -> int | None:
+        """The id of a token plain text may produce (not CONTROL/UNKNOWN: prompt-injection safety), or None."""
+        i = self._vocab.get(text)
+        return None if i is None or i in self._control else i
+
     def token_id(self, text: str) -> int | None:
         """Exact vocabulary lookup, e.g. token_id("<end_of_turn>")."""
         return self._vocab.get(text)
 
     def token_text(self, id: int) -> str:
-        return self._tokens[self._check_id(id)]
+        return self._vocab.text(self._check_id(id))
 
     def token_type(self, id: int) -> int:
         return int(self._types[self._check_id(id)])
@@ -460,21 +462,21 @@ class Tokenizer:
 
     def _bpe_word(self, word: str) -> list[int]:
         """llama.cpp's llm_tokenizer_bpe_session for one pre-tokenized word: merge the lowest-ranked pair first."""
-        vocab = self._plain_vocab
+        plain = self._plain_id
         if self._byte_encode:
             symbols = [self._b2u[b] for b in word.encode()]
-        elif word.strip("\n") == "" and word in vocab:
-            return [vocab[word]]  # Gemma 4: a run of newlines is one token when there is one
+        elif word.strip("\n") == "" and (tid := plain(word)) is not None:
+            return [tid]  # Gemma 4: a run of newlines is one token when there is one
         else:
             symbols = list(word)
         ranks = self._ranks
         ids: list[int] = []
         for sym in _merge(symbols, lambda a, b: ranks.get((a, b))):
-            tid = vocab.get(sym)
+            tid = plain(sym)
             if tid is not None:
                 ids.append(tid)
             elif self._byte_encode:  # llama.cpp looks up each byte of the piece; only ASCII ones can be tokens
-                ids.extend(vocab[c] for c in sym if c < "\x80" and c in vocab)
+                ids.extend(t for c in sym if c < "\x80" and (t := plain(c)) is not None)
             else:
                 self._byte_fallback(sym, ids)
         return ids
@@ -493,7 +495,7 @@ class Tokenizer:
         return data
 
     def _token_bytes(self, id: int) -> bytes:
-        text, ty = self._tokens[id], int(self._types[id])
+        text, ty = self._vocab.text(id), int(self._types[id])
         if ty in (CONTROL, UNKNOWN, USER_DEFINED):
             return text.encode()
         if ty == BYTE and text.startswith("<0x") and len(text) == 6:
