@@ -6,6 +6,7 @@ back into the model. Nested models flatten to dotted names (`limits.head_roll.lo
 """
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -94,8 +95,14 @@ def tune_interpreter() -> None:
     """Hand the GIL over sooner. A node process has an executor thread that runs Python almost back to back while
     messages flow, and worker threads that wake for short jobs; at CPython's default 5 ms switch interval each
     hand-off waited up to 5 ms (utterance -> engine request p99 16 ms; 2-3 ms at 0.2 ms, bench/bench_graph.py).
-    Long computations (torch) release the GIL anyway, so throughput is unaffected."""
+    Long computations (torch) release the GIL anyway, so throughput is unaffected.
+
+    And keep the garbage collector's full passes short: everything built so far (modules, nodes, a loaded model)
+    lives as long as the process, so it is moved out of the collector's generations. A full pass over torch's and
+    rclpy's objects took 20-40 ms, stalling every node of the process at random moments."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    gc.collect()
+    gc.freeze()
 
 
 def spin_nodes(nodes: Sequence[Node], *, context: Context | None = None, stop: threading.Event | None = None) -> None:
