@@ -47,12 +47,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["default", "default-chat"])
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--server-args", default="", help="extra llama-server arguments, e.g. '-fa off'")
     ap.add_argument("--out-dir", default=str(Path(__file__).resolve().parents[1] / "test" / "fixtures"))
     args = ap.parse_args()
     for name in args.models:
         path = resolve_model(name)
         cases, excluded = [], []
-        with LlamaServer(path, threads=2) as srv:
+        with LlamaServer(path, threads=2, extra=args.server_args.split()) as srv:
             for prompt in PROMPTS:
                 ids = srv.post("/tokenize", {"content": prompt, "add_special": True})["tokens"]
                 res = srv.post("/completion", {

@@ -47,8 +47,10 @@ def test_teacher_forced_agreement_with_llama_cpp(model, fixture):
     # Measured: Gemma 3 270M 97.6 % / 0.028 nat, SmolLM2 97.5 % / 0.034 nat (the fp32 "exact" policy, and our decode
     # path token by token, give the same). HF transformers on the same GGUF agrees with llama.cpp exactly as well as
     # we do (Gemma 97.6 % / 0.028 nat; we equal transformers: test below), and llama.cpp agrees with its own greedy
-    # decode on 98.0 % of the Gemma positions when it evaluates them batched (bench/llamacpp_self_agreement.py): the
-    # remaining flips are near-ties that llama.cpp's quantized-activation numerics flip. Guard against regressions.
+    # decode on 98.0 % of the Gemma positions when it evaluates them batched (bench/llamacpp_self_agreement.py).
+    # llama.cpp's own settings do not move it: fixtures made with flash attention off, an f32 KV cache or weight
+    # repacking off score 97.3-97.9 % (make_fidelity_fixtures.py --server-args); emulating its Q8 activations or f16
+    # KV cache in our engine scores 96.9-97.6 %. Guard against regressions.
     assert s["top1_agreement"] >= 0.965, s
     assert s["mean_abs_logprob_diff"] <= 0.05, s
     assert s["top5_overlap"] >= 0.9, s  # ranks far below the top come from the 4-bit head (linear.HEAD_MARGIN)
