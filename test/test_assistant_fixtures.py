@@ -36,6 +36,14 @@ EXTRA_TOOLS = """
   type: bolt_ros/action/GotoPose
   timeout_s: 0.2
   goal: {duration: 0.1}
+- name: lossy_goto
+  description: a long head turn whose acceptance the test's middleware double loses
+  kind: action
+  target: goto_pose
+  type: bolt_ros/action/GotoPose
+  timeout_s: 0.3
+  parameters: {type: object, properties: {yaw: {type: number}}, required: [yaw]}
+  goal: {target.head_yaw: {arg: yaw}, duration: 2.0}
 - name: hasty_animation
   description: an animation with a timeout shorter than the animation
   kind: action

@@ -101,6 +101,26 @@ def test_a_goal_accepted_after_the_timeout_is_cancelled(ros):
         server_side.close()
 
 
+def test_a_goal_whose_acceptance_is_lost_is_cancelled_by_its_id(ros):
+    """The server accepts and starts moving, but the acceptance never reaches the router (a middleware double drops
+    it, as rmw_fastrtps rarely does): after the timeout the router cancels the goal by its id, so the head stops
+    long before the 2 s motion would have ended."""
+    assistant, _, probe = start(ros, [])
+    client = assistant.router._clients["lossy_goto"]
+    take = client.take_data
+
+    def lose_goal_responses():
+        data = take()
+        data.pop("goal", None)
+        return data
+
+    client.take_data = lose_goal_responses
+    out = _call(assistant, "lossy_goto", {"yaw": 1.0})
+    assert not out.ok and out.error == "timed out after 0.3 s waiting for the goal to be accepted of goto_pose"
+    time.sleep(2.5)  # past the end of the motion, had it run on
+    assert 0.0 < probe.head_yaw() < 0.5  # it had started (accepted), and stopped near the start
+
+
 def test_errors_reach_the_model_and_the_node_keeps_going(ros):
     script = [{"match": "dance", "reply": [
         {"tool_call": {"name": "teleport", "arguments": {}}},

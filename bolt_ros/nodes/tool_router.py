@@ -10,13 +10,16 @@ import importlib
 import json
 import threading
 import time
+import uuid
 from collections import deque
 from typing import Any
 
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
+from rclpy.action.client import ClientGoalHandle
 from rclpy.node import Node
 from rclpy.task import Future
+from unique_identifier_msgs.msg import UUID
 
 from bolt_ros.assistant.backend import ToolCallRequest
 from bolt_ros.assistant.tools import Tool, ToolError, ToolOutcome, ToolRegistry
@@ -113,11 +116,16 @@ class ToolRouter:
         set_fields(goal, fields)
         feedback: dict = {}
         self.send_latency_ms.append((time.perf_counter() - t0) * 1e3)
-        send = client.send_goal_async(goal, feedback_callback=lambda fb: feedback.update(msg_to_dict(fb.feedback)))
+        goal_id = UUID(uuid=list(uuid.uuid4().bytes))  # ours, so the goal can be cancelled without its acceptance
+        send = client.send_goal_async(goal, feedback_callback=lambda fb: feedback.update(msg_to_dict(fb.feedback)),
+                                      goal_uuid=goal_id)
         try:
             handle = self._wait(send, cancel, t0 + spec.timeout_s, spec, "the goal to be accepted")
         except ToolError:
-            send.add_done_callback(_cancel_if_accepted)  # accepted after we stopped waiting: must not run unseen
+            # we stopped waiting; the goal must not run unseen: if its acceptance arrives late, cancel it then; if
+            # the acceptance was lost on the way (seen, rarely, with rmw_fastrtps), cancel it by its id now
+            send.add_done_callback(_cancel_if_accepted)
+            _cancel_by_id(client, goal_id, self._types[spec.name])
             raise
         if not handle.accepted:
             raise ToolError(f"{spec.target} rejected the goal {json.dumps(fields)}")
@@ -236,6 +244,13 @@ class ToolRouter:
             tool.set_enum(names, descs)
             self.log.info(f"tool {name}: {src.parameter} is one of {', '.join(names)}")
         return all_filled
+
+
+def _cancel_by_id(client: ActionClient, goal_id: UUID, action_type) -> None:
+    """Ask the server to cancel this goal id: a server that accepted it stops it; one that never saw it answers
+    'unknown goal' and nothing happens."""
+    accepted = action_type.Impl.SendGoalService.Response(accepted=True)
+    ClientGoalHandle(client, goal_id, accepted).cancel_goal_async()
 
 
 def _cancel_if_accepted(send_future: Future) -> None:
