@@ -156,7 +156,9 @@ class BringupConsole:
 
         t0 = time.monotonic()
         self.proc.send_signal(signal.SIGINT)
-        assert self.proc.wait(timeout=2 * exit_within) == 0 and time.monotonic() - t0 < exit_within
+        rc = self.proc.wait(timeout=2 * exit_within)
+        took = time.monotonic() - t0
+        assert rc == 0 and took < exit_within, f"exit status {rc} after {took:.2f} s; output:\n{self.output()}"
         self.wait_line(lambda s: "bringup: stopped" in s, timeout=2)
         assert "Traceback" not in self.output()
 
