@@ -68,7 +68,7 @@ class LlamaServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
 
-    def post(self, path: str, body: dict) -> dict:
+    def post(self, path: str, body: dict, timeout: float = 600) -> dict:
         req = urllib.request.Request(self.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())

@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,11 +43,8 @@ def main(argv=None) -> int:
                 body = {"prompt": case["prompt_ids"] + case["completion_ids"][:i], "n_predict": 1,
                         "temperature": 0.0, "top_k": 1, "n_probs": 5, "cache_prompt": False,
                         "post_sampling_probs": False, "seed": 0}
-                req = urllib.request.Request(srv.url + "/completion", json.dumps(body).encode(),
-                                             {"Content-Type": "application/json"})
                 try:
-                    with urllib.request.urlopen(req, timeout=5) as r:
-                        step = json.loads(r.read())["completion_probabilities"][0]
+                    step = srv.post("/completion", body, timeout=5)["completion_probabilities"][0]
                 except OSError:
                     skipped += 1
                     break  # restart the server

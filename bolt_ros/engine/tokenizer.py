@@ -270,7 +270,6 @@ class Tokenizer:
         self._b2u = _byte_to_unicode()
         self._u2b = {c: b for b, c in enumerate(self._b2u)}
         self._word_cache: dict[str, list[int]] = {}
-        # the vocabulary plain text may produce: all but CONTROL/UNKNOWN (prompt-injection safety)
 
     def _eog_and_fix_types(self, types: np.ndarray, eog_ids: Iterable[int | None]) -> set[int]:
         """llama.cpp's end-of-generation set, and its type overrides: EOG/FIM texts become CONTROL (so Gemma 3's
@@ -435,15 +434,15 @@ class Tokenizer:
 
     def _encode_spm(self, text: str, out: list[int]) -> None:
         """llama.cpp's llm_tokenizer_spm: merge the adjacent pair whose joined text is the best-scored token."""
-        scores, vocab, control = self._scores, self._vocab, self._control
+        scores, plain = self._scores, self._plain_id
 
         def priority(a: str, b: str) -> float | None:
-            i = vocab.get(a + b)
-            return None if i is None or i in control else -scores[i]
+            i = plain(a + b)
+            return None if i is None else -scores[i]
 
         for sym in _merge(list(text.replace(" ", SPACE_ESCAPE)), priority):
-            i = vocab.get(sym)
-            if i is not None and i not in control:  # a plain (non-control) token
+            i = plain(sym)
+            if i is not None:
                 out.append(i)
             else:
                 self._byte_fallback(sym, out)
