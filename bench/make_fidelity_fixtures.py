@@ -45,7 +45,7 @@ PROMPTS = [
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", nargs="*", default=["default", "default-chat"])
+    ap.add_argument("--models", nargs="*", default=["default", "smollm2"])
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--server-args", default="", help="extra llama-server arguments, e.g. '-fa off'")
     ap.add_argument("--out-dir", default=str(Path(__file__).resolve().parents[1] / "test" / "fixtures"))

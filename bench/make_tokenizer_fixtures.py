@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from bolt_ros.engine.default_models import resolve_model  # noqa: E402
 
-MODELS = {"gemma3": "default", "smollm2": "default-chat"}
+MODELS = {"gemma3": "default", "smollm2": "smollm2"}
 
 HANDWRITTEN = [
     "", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\n ", "a", "A", "Hello", " Hello", "  Hello",

@@ -202,12 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="bolt", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
+    model_help = "GGUF path, or 'default' (Gemma 3 270M), 'default-chat' (Qwen2.5-Coder-0.5B), 'smollm2'"
+
     def model_arg(p, positional=False):
         if positional:
-            p.add_argument("model", help="GGUF path, 'default' (Gemma 3 270M) or 'default-chat' (SmolLM2-135M)")
+            p.add_argument("model", help=model_help)
         else:
-            p.add_argument("--model", "-m", default="default",
-                           help="GGUF path, 'default' (Gemma 3 270M) or 'default-chat' (SmolLM2-135M)")
+            p.add_argument("--model", "-m", default="default", help=model_help)
 
     def runtime_args(p):
         p.add_argument("--threads", "-t", type=int, default=None)

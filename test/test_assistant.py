@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -194,14 +193,24 @@ def test_tool_errors_reach_the_model_as_tool_messages():
 
 
 def test_cancel_stops_generation_between_tokens_and_the_fragment_is_not_spoken():
-    backend = ScriptedBackend([{"match": ".", "reply": [{"text": "One. " + "word " * 200}]}], token_delay_s=0.01)
+    """Event-driven: cancel when the 10th text delta is emitted (mid-fragment, after "One."); at most the delta
+    already in flight follows, and the unfinished sentence is never spoken."""
+    backend = ScriptedBackend([{"match": ".", "reply": [{"text": "One. " + "word " * 200}]}], token_delay_s=0.001)
     loop, events, _ = _loop(backend)
     cancel = threading.Event()
+    at_cancel = []
+
+    def emit(ev):
+        events.append(ev)
+        if ev.kind == "text" and sum(e.kind == "text" for e in events) == 10:
+            cancel.set()
+            at_cancel.append(len(events))
+
+    loop.emit = emit
     conv = Conversation("sys")
-    threading.Timer(0.1, cancel.set).start()
-    t0 = time.perf_counter()
     res = loop.run(conv, conv.user_message("x"), [], enable_thinking=False, cancel=cancel)
-    assert res.cancelled and time.perf_counter() - t0 < 0.5
+    assert res.cancelled and at_cancel
+    assert sum(e.kind == "text" for e in events[at_cancel[0]:]) <= 1  # stopped between tokens, not at the end
     assert [e.text for e in events if e.kind == "sentence"] == ["One."]
 
 

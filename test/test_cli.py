@@ -38,7 +38,7 @@ def test_tokenize_plain_vs_special(capsys):
 
 
 def test_generate_json_and_logprobs_agree():
-    out = bolt("generate", "--model", "default-chat", "--chat", "--prompt", "What is the capital of France?",
+    out = bolt("generate", "--model", "smollm2", "--chat", "--prompt", "What is the capital of France?",
                "--max-tokens", "12", "--json")
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
@@ -46,7 +46,7 @@ def test_generate_json_and_logprobs_agree():
     assert "Paris" in res["text"]
     t = res["timings"]
     assert t["ttft_ms"] > 0 and t["prefill_tok_s"] > 0 and t["load_s"] > 0 and "decode_tok_s" in t
-    lp = bolt("logprobs", "--model", "default-chat", "--prompt-ids", ",".join(map(str, res["prompt_ids"])),
+    lp = bolt("logprobs", "--model", "smollm2", "--prompt-ids", ",".join(map(str, res["prompt_ids"])),
               "--continuation-ids", ",".join(map(str, res["completion_ids"][:4])), "--top", "3", "--json")
     assert lp.returncode == 0, lp.stderr
     rows = json.loads(lp.stdout)["continuation"]
@@ -54,7 +54,7 @@ def test_generate_json_and_logprobs_agree():
 
 
 def test_chat_reuses_the_prefix_on_the_second_turn():
-    out = bolt("chat", "--model", "default-chat", "--max-tokens", "16",
+    out = bolt("chat", "--model", "smollm2", "--max-tokens", "16",
                stdin="Hello! Who are you?\nWhat can you do?\n")
     assert out.returncode == 0, out.stderr
     stats = [line for line in out.stderr.splitlines() if line.startswith("[ttft")]
@@ -66,10 +66,10 @@ def test_chat_reuses_the_prefix_on_the_second_turn():
 
 @pytest.mark.parametrize(("args", "message"), [
     (["inspect", "/nonexistent/model.gguf"], "no such model file"),
-    (["generate", "--model", "default-chat", "--prompt-ids", "1,x,3"], "comma-separated token ids"),
-    (["generate", "--model", "default-chat", "--prompt-ids", "1,99999999"], "out of range"),
-    (["generate", "--model", "default-chat", "--prompt", "hi", "--temperature", "-1"], "temperature"),
-    (["logprobs", "--model", "default-chat", "--prompt-ids", "1", "--continuation-ids", ""], "non-empty"),
+    (["generate", "--model", "smollm2", "--prompt-ids", "1,x,3"], "comma-separated token ids"),
+    (["generate", "--model", "smollm2", "--prompt-ids", "1,99999999"], "out of range"),
+    (["generate", "--model", "smollm2", "--prompt", "hi", "--temperature", "-1"], "temperature"),
+    (["logprobs", "--model", "smollm2", "--prompt-ids", "1", "--continuation-ids", ""], "non-empty"),
 ])
 def test_bad_arguments_give_one_error_line(args, message):
     out = bolt(*args)

@@ -38,7 +38,7 @@ def score(engine: Engine, fixture: str) -> dict:
 
 
 @pytest.mark.parametrize(("model", "fixture"), [("default", "fidelity_gemma3.json"),
-                                                ("default-chat", "fidelity_smollm2.json")])
+                                                ("smollm2", "fidelity_smollm2.json")])
 def test_teacher_forced_agreement_with_llama_cpp(model, fixture):
     engine = Engine.load(model, n_ctx=512)
     s = score(engine, fixture)
@@ -57,7 +57,7 @@ def test_teacher_forced_agreement_with_llama_cpp(model, fixture):
 
 
 @pytest.mark.parametrize(("model", "fixture"), [("default", "fidelity_gemma3.json"),
-                                                ("default-chat", "fidelity_smollm2.json")])
+                                                ("smollm2", "fidelity_smollm2.json")])
 def test_exact_policy_equals_transformers_on_the_real_models(model, fixture):
     """The second numerical reference: transformers' own GGUF loader (it dequantizes to fp32) on the same file.
     Our exact policy must give its log-probabilities, teacher-forced on llama.cpp's continuations."""

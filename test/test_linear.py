@@ -22,7 +22,7 @@ REAL = {  # one real tensor per type (Gemma 3 270M, SmolLM2-135M), first 256 out
     "Q8_0": ("default", "blk.0.attn_v.weight"),
     "Q4_K": ("default", "blk.0.attn_output.weight"),
     "Q6_K": ("default", "blk.0.ffn_down.weight"),
-    "Q4_1": ("default-chat", "blk.0.ffn_down.weight"),
+    "Q4_1": ("smollm2", "blk.0.ffn_down.weight"),
     "Q8_0 head": ("default", "token_embd.weight"),
 }
 

@@ -68,7 +68,7 @@ def test_real_tensors_bit_exact(real_ggufs):
             _assert_bits_equal(dequantize(raw, info.ggml_type, shape), _gguf_ref(raw, info.ggml_type, shape))
             seen.setdefault(model, set()).add(GGMLType(info.ggml_type).name)
     assert seen["default"] == {"F32", "Q8_0", "Q5_0", "Q4_K", "Q6_K"}
-    assert seen["default-chat"] == {"F32", "Q8_0", "Q4_1"}
+    assert seen["smollm2"] == {"F32", "Q8_0", "Q4_1"}
 
 
 def test_row_gather_matches_full_dequantize(real_ggufs):

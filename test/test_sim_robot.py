@@ -328,7 +328,8 @@ def test_out_of_limit_goto_is_refused_and_never_executed(ros, robot):
     res = ros.result(result)
     assert res.status == 6 and not res.result.success
     assert "head_pitch=1.500 outside" in res.result.message
-    time.sleep(0.1)
+    # joint states published after the refusal (not vacuous: wait until some have arrived)
+    wait_for(lambda: len(robot.states) >= n0 + 10, 2.0, "joint_states after the refusal")
     assert np.allclose([m.position for m in robot.states[n0:]], 0.0)  # nothing moved, not even the valid joint
     _, result = send(ros, client, GotoPose.Goal(interpolation=7))
     assert "unknown interpolation" in ros.result(result).result.message

@@ -15,7 +15,7 @@ from bolt_ros.engine.gguf_file import GGUFError, GGUFFile
 from bolt_ros.engine.tokenizer import CONTROL, NORMAL, Segment, StreamDecoder, Tokenizer, _byte_to_unicode
 
 FIXTURES = Path(__file__).parent / "fixtures"
-MODELS = {"gemma3": "default", "smollm2": "default-chat"}
+MODELS = {"gemma3": "default", "smollm2": "smollm2"}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))

@@ -20,11 +20,13 @@ _JSON_TYPES: dict[str, Any] = {"string": str, "number": float, "integer": int, "
 
 
 class ArgRef(BaseModel):
-    """A goal/request field taken from a tool argument: value = arg * scale + offset (e.g. degrees -> radians)."""
+    """A goal/request field taken from a tool argument: value = arg * scale + offset (e.g. degrees -> radians), or
+    for a string argument `map[arg]` (a word a small model gets right, "left", -> the number the robot needs)."""
     model_config = ConfigDict(extra="forbid")
     arg: str
     scale: float = 1.0
     offset: float = 0.0
+    map: dict[str, float | int | str | bool] | None = None
     default: Any = None  # used when the model omits an optional argument; None leaves the message default
 
 
@@ -73,6 +75,11 @@ class ToolSpec(BaseModel):
         for path, value in self.goal.items():
             if isinstance(value, ArgRef) and value.arg not in props:
                 raise ValueError(f"tool {self.name}: goal field {path!r} refers to unknown argument {value.arg!r}")
+            if isinstance(value, ArgRef) and value.map is not None:
+                enum = props[value.arg].get("enum")
+                if props[value.arg].get("type") != "string" or not enum or set(enum) - set(value.map):
+                    raise ValueError(f"tool {self.name}: goal field {path!r} maps argument {value.arg!r}: it must be "
+                                     f"a string enum whose every value the map covers")
         if self.enum_from and props.get(self.enum_from.parameter, {}).get("type") != "string":
             raise ValueError(f"tool {self.name}: enum_from.parameter must name a string parameter")
         if ("/action/" if self.kind == "action" else "/srv/") not in self.type:
@@ -149,6 +156,8 @@ class Tool:
                 raw = args.get(value.arg, value.default)
                 if raw is None:
                     continue
+                if value.map is not None:  # validated: raw is one of the enum values, every one of them mapped
+                    raw = value.map[raw]
                 if isinstance(raw, int | float) and not isinstance(raw, bool):
                     raw = raw * value.scale + value.offset
                 fields[path] = raw

@@ -442,7 +442,7 @@ def tokenizer_metadata(name: str) -> tuple[tuple[str, Any, VT], ...]:
 
     if name not in ("gemma", "gemma4", "smollm2"):
         raise ValueError(f"unknown tokenizer {name!r} (gemma, gemma4, smollm2)")
-    src = resolve_model("default-chat" if name == "smollm2" else "default")
+    src = resolve_model("smollm2" if name == "smollm2" else "default")
     items = dict(_tokenizer_from(str(src)))
     if name == "gemma4":
         tokens = list(items["tokenizer.ggml.tokens"])
