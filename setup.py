@@ -17,7 +17,8 @@ setup(
     packages=packages,
     package_dir={"bolt_ros.kernels": "kernels"},
     include_package_data=True,
-    install_requires=["numpy", "gguf>=0.19", "torch", "pydantic>=2", "PyYAML", "Jinja2", "tqdm"],
+    install_requires=["numpy", "gguf>=0.19", "torch", "pydantic>=2", "PyYAML", "Jinja2", "tqdm",
+                      "llguidance"],
     extras_require={"gpu": ["triton"], "vision": ["opencv-python-headless"]},
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/bolt_ros"]),

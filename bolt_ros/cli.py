@@ -31,9 +31,10 @@ def _ids(text: str) -> list[int]:
 
 
 def _engine(args, **kw):
+    from .engine.device import resolve_device
     from .engine.generate import Engine
     return Engine.load(args.model, n_ctx=args.ctx, threads=args.threads, progress=sys.stderr.isatty(),
-                       draft=getattr(args, "draft", None), device=args.device, **kw)
+                       draft=getattr(args, "draft", None), device=resolve_device(args.device), **kw)
 
 
 def _sampling(args):
@@ -186,9 +187,10 @@ def cmd_chat(args) -> int:
 
 def cmd_bench(args) -> int:
     from .engine.bench import run_bench
+    from .engine.device import resolve_device
     result = run_bench(args.model, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
                        threads=args.threads, draft=args.draft, repeats=args.repeats, n_ctx=args.ctx,
-                       device=args.device)
+                       device=resolve_device(args.device))
     if args.json:
         print(json.dumps(result))
     else:
@@ -213,8 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     def runtime_args(p):
         p.add_argument("--threads", "-t", type=int, default=None)
         p.add_argument("--ctx", type=int, default=4096, help="context length (tokens)")
-        p.add_argument("--device", default="cpu",
-                       help="cpu (torch kernels) or cuda[:N] (Triton kernels + CUDA graphs; BOLT_KERNELS overrides)")
+        p.add_argument("--device", default="auto",
+                       help="auto (CUDA when present), cpu (torch kernels) or cuda[:N] (Triton kernels + CUDA graphs; "
+                            "BOLT_KERNELS overrides)")
 
     def sampling_args(p):
         p.add_argument("--max-tokens", "-n", type=int, default=128)

@@ -28,6 +28,7 @@ class GraphArgs(BaseModel):
     draft_path: str = ""        # overrides backend.draft_path
     backend: str = ""           # overrides backend.kind: embedded | openai | scripted
     base_url: str = ""          # overrides backend.base_url (openai)
+    device: str = ""            # overrides backend.device (embedded): auto | cpu | cuda | cuda:N
     use_sim_robot: bool = True
     use_caption_bridge: bool = True
     namespace: str = ""
@@ -58,7 +59,8 @@ def describe_graph(args: GraphArgs) -> list[ProcessSpec]:
     config = Path(args.config) if args.config else package_file("config/assistant.yaml")
     params = load_params_file(config, ASSISTANT_NODE)
     overrides = {"backend.kind": args.backend, "backend.model_path": args.model_path,
-                 "backend.draft_path": args.draft_path, "backend.base_url": args.base_url}
+                 "backend.draft_path": args.draft_path, "backend.base_url": args.base_url,
+                 "backend.device": args.device}
     params.update({k: v for k, v in overrides.items() if v})
     try:
         params = to_ros_parameters(from_ros_parameters(params))  # complete and checked

@@ -121,7 +121,7 @@ def test_config_file_maps_one_to_one_onto_ros_parameters():
     assert set(flat) == set(params)  # every field is a parameter of the file and vice versa
     assert all(isinstance(v, bool | int | float | str) for v in flat.values())
     assert from_ros_parameters(flat) == cfg
-    assert [t.name for t in cfg.tools] == ["play_animation", "move_head", "list_animations"]
+    assert [t.name for t in cfg.tools] == ["play_animation", "look", "move_head", "list_animations"]
     assert set(to_ros_parameters(AssistantConfig())) == set(flat)
     with pytest.raises(ValueError, match="max_tool_rounds"):
         from_ros_parameters({**flat, "max_tool_rounds": -1})
@@ -221,3 +221,108 @@ def test_engine_failure_is_an_error_event_not_an_exception():
     conv = Conversation("sys")
     res = loop.run(conv, conv.user_message("x"), [], enable_thinking=False, cancel=threading.Event())
     assert res.error == "RuntimeError: model exploded" and events[-2].kind == "error"
+
+
+def test_a_looping_reply_stops_at_the_first_repeated_sentence_and_the_model_call_is_closed():
+    loop_text = "I can see it. " * 40
+    closed = []
+
+    class Watched(ScriptedBackend):
+        def stream_chat(self, *a, **kw):
+            try:
+                yield from super().stream_chat(*a, **kw)
+            finally:
+                closed.append(True)
+
+    backend = Watched([{"match": ".", "reply": [{"text": "Hello there! " + loop_text}]}])
+    loop, events, _ = _loop(backend)
+    conv = Conversation("sys")
+    res = loop.run(conv, conv.user_message("what do you see?"), [], enable_thinking=False, cancel=threading.Event())
+    assert [e.text for e in events if e.kind == "sentence"] == ["Hello there!", "I can see it."]
+    assert res.stopped == "repetition" and res.stats["stopped"] == "repetition" and closed
+    assert sum(e.kind == "text" for e in events) < 20  # cut off, not streamed to the end (~120 deltas)
+    assert res.messages[-1] == {"role": "assistant", "content": "Hello there! I can see it."}  # history: what was said
+
+
+def test_max_sentences_ends_the_turn_and_no_tool_round_follows():
+    backend = ScriptedBackend([{"match": ".", "reply": [{"text": "One. Two. Three. Four. Five."}]}])
+    loop, events, _ = _loop(backend)
+    loop.max_sentences = 3
+    conv = Conversation("sys")
+    res = loop.run(conv, conv.user_message("count"), [], enable_thinking=False, cancel=threading.Event())
+    assert [e.text for e in events if e.kind == "sentence"] == ["One.", "Two.", "Three."]
+    assert res.stopped == "max_sentences" and res.text == "One. Two. Three."
+    # negative control: without the limit the whole reply is spoken
+    loop2, events2, _ = _loop(ScriptedBackend([{"match": ".", "reply": [{"text": "One. Two. Three. Four. Five."}]}]))
+    loop2.run(conv, conv.user_message("count"), [], enable_thinking=False, cancel=threading.Event())
+    assert len([e for e in events2 if e.kind == "sentence"]) == 5
+
+
+def test_product_look_tool_maps_directions_to_head_angles():
+    cfg = from_ros_parameters(load_params_file(package_file("config/assistant.yaml"), "assistant_node"))
+    reg = ToolRegistry(cfg.tools)
+    look = reg.tools["look"]
+    for direction, yaw, pitch in (("left", 0.6, 0.0), ("right", -0.6, 0.0), ("up", 0.0, -0.35),
+                                  ("down", 0.0, 0.35), ("center", 0.0, 0.0)):
+        tool, args = reg.resolve(ToolCallRequest("c", "look", {"direction": direction}))
+        fields = tool.request_fields(args)
+        assert fields["target.head_yaw"] == yaw and fields["target.head_pitch"] == pitch, direction
+    with pytest.raises(ToolError, match="direction: Input should be 'left'"):
+        look.validate({"direction": "backwards"})
+    with pytest.raises(ValueError, match="every value the map covers"):
+        ToolSpec.model_validate({**look.spec.model_dump(), "goal": {"target.head_yaw": {
+            "arg": "direction", "map": {"left": 0.6}}}})
+
+
+def test_an_animation_name_called_as_a_tool_plays_that_animation():
+    reg = ToolRegistry([MOVE_HEAD, PLAY])
+    with pytest.raises(ToolError, match="unknown tool 'dance'"):  # before the robot told us its animations
+        reg.resolve(ToolCallRequest("c", "dance", {}))
+    reg.tools["play_animation"].set_enum(["dance", "nod"])
+    tool, args = reg.resolve(ToolCallRequest("c", "dance", {}))
+    assert tool.spec.name == "play_animation" and args == {"name": "dance"}
+    with pytest.raises(ToolError, match="invalid arguments"):  # other arguments still meet the schema
+        reg.resolve(ToolCallRequest("c", "nod", {"height": 3}))
+    with pytest.raises(ToolError, match="unknown tool 'fly'"):
+        reg.resolve(ToolCallRequest("c", "fly", {}))
+
+
+def test_device_is_a_config_field_a_launch_argument_and_resolves_clearly():
+    import torch
+
+    from bolt_ros.engine.device import resolve_device
+    from bolt_ros.graph import describe_graph, parse_arguments
+
+    procs = describe_graph(parse_arguments({"device": "cuda:1"}))
+    assert procs[0].parameters["backend.device"] == "cuda:1"  # launch argument -> the assistant's ROS parameter
+    assert describe_graph(parse_arguments({}))[0].parameters["backend.device"] == "auto"
+    with pytest.raises(ValueError, match=r"backend\.device"):
+        from_ros_parameters({"backend.device": "tpu"})
+    assert resolve_device("auto") == torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device available"):
+            resolve_device("cuda")
+
+
+def test_expanded_tools_are_offered_by_name_and_resolve_to_their_tool():
+    cfg = from_ros_parameters(load_params_file(package_file("config/assistant.yaml"), "assistant_node"))
+    reg = ToolRegistry(cfg.tools)
+    names = [t["function"]["name"] for t in reg.openai_tools()]
+    assert "look_left" in names and "look" not in names and "play_animation" in names  # enum not known yet
+    reg.tools["play_animation"].set_enum(["dance", "nod", "look"], ["A short dance.", "Nod twice.", ""])
+    offered = {t["function"]["name"]: t["function"] for t in reg.openai_tools()}
+    assert {"dance", "nod", "look_up", "move_head", "list_animations"} <= set(offered)
+    assert "play_animation" not in offered and offered["dance"]["description"] == "A short dance."
+    assert offered["look_up"]["parameters"] == {"type": "object", "properties": {}}
+    # "look" collides with the look tool: that animation stays reachable through play_animation only
+    assert offered.get("look", {}).get("description") != ""
+    for name, tool, args in (("dance", "play_animation", {"name": "dance", "speed": 1.0}),  # defaults filled
+                             ("look_left", "look", {"direction": "left"}),
+                             ("look_center", "look", {"direction": "center"})):
+        t, a = reg.resolve(ToolCallRequest("c", name, {}))
+        assert (t.spec.name, a) == (tool, args)
+    with pytest.raises(ToolError, match="invalid arguments"):
+        reg.resolve(ToolCallRequest("c", "look_left", {"speed": 2}))
+    with pytest.raises(ValueError, match="string enum"):
+        ToolSpec.model_validate({**MOVE_HEAD.model_dump(), "expand": {"parameter": "yaw"}})

@@ -1,13 +1,13 @@
 """End to end with real models, no scripted engine:
-- the assistant node + simulated robot, embedded backend on the default chat model (SmolLM2-135M-Instruct,
-  greedy): a caption and an utterance -> streamed reply spoken on tts/say -> Converse result with stats; the
-  reply is exactly what the engine generates for that prompt, and the next turn reuses the cached prompt prefix;
-- `python -m bolt_ros.bringup --console` with the default config (what `make run` starts): a typed line gets a
-  spoken reply, and one SIGINT ends it with status 0;
+- the assistant node + simulated robot, embedded backend on SmolLM2-135M-Instruct (small and fast; greedy): a
+  caption and an utterance -> streamed reply spoken on tts/say -> Converse result with stats; the reply is exactly
+  what the engine generates for that prompt, and the next turn reuses the cached prompt prefix;
+- `python -m bolt_ros.bringup --console` with the default config (what `make run` starts, on the default chat
+  model): a typed line gets a spoken reply or a tool call, and one SIGINT ends it with status 0;
 - the openai backend against a real llama-server serving the same model where llama.cpp is installed, and against
   a small in-test OpenAI-compatible server otherwise (the test id says which one ran).
-SmolLM2 has no tool-call format of its own, so no test here requires it to call a tool (the scripted tests in
-test_assistant_node.py cover the tool path).
+SmolLM2 has no tool training, so no test here requires it to call a tool (test_tool_accuracy.py drives the default
+model's tool calls; the scripted tests in test_assistant_node.py cover the tool path).
 """
 from __future__ import annotations
 
@@ -40,8 +40,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from llamacpp_ref import LlamaServer, llama_bin_dir  # noqa: E402
 
 MAX_TOKENS = 24
+# max_sentences off: the reply is compared with the engine's own greedy output for the same prompt
 GREEDY = {"backend.kind": "embedded", "backend.model_path": "smollm2", "backend.temperature": 0.0,
-          "backend.seed": 0, "backend.max_tokens": MAX_TOKENS}
+          "backend.seed": 0, "backend.max_tokens": MAX_TOKENS, "max_sentences": 0}
 
 
 def product_config(**updates) -> AssistantConfig:

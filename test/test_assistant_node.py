@@ -168,3 +168,25 @@ def test_parameters_mirror_the_config_and_bad_values_are_refused(ros):
     assert not bad.successful and assistant.config.max_tool_rounds == 1
     late = assistant.set_parameters([Parameter("backend.kind", value="openai")])[0]
     assert not late.successful and "startup" in late.reason
+
+
+def test_without_barge_in_the_turn_queue_is_bounded_and_refuses_with_a_reason(ros):
+    """barge_in off: turns wait their turn, at most max_queued_turns of them; a converse goal beyond that is
+    rejected and a transcript is refused with a logged reason, while the running turn goes on."""
+    slow = [{"match": ".", "reply": [{"text": "word " * 400}]}]
+    assistant, backend, probe = start(ros, slow, token_delay_s=0.01, barge_in=False, max_queued_turns=1,
+                                      max_sentences=0)
+    client = ActionClient(probe.node, Converse, "converse")
+    assert client.wait_for_server(timeout_sec=5.0)
+    first = ros.result(client.send_goal_async(Converse.Goal(utterance="one")), what="goal response")
+    wait_for(lambda: backend.requests, what="the first turn running")
+    second = ros.result(client.send_goal_async(Converse.Goal(utterance="two")), what="goal response")
+    third = ros.result(client.send_goal_async(Converse.Goal(utterance="three")), what="goal response")
+    assert first.accepted and second.accepted and not third.accepted  # one running, one waiting, then full
+    from bolt_ros.nodes.assistant_node import Job
+
+    refused = assistant.submit(Job("four"))  # the transcript path
+    assert refused.done.is_set() and refused.result.error.startswith("busy: 1 turns are waiting")
+    assert len(backend.requests) == 1  # nothing refused reached the model; the first turn still runs
+    for h in (first, second):
+        ros.result(h.cancel_goal_async())

@@ -100,6 +100,8 @@ def test_small_file_reads_back(good):
     with GGUFFile(good) as gf:
         assert gf.version == 3 and gf.alignment == 32 and gf.arch() == "llama"
         assert gf.metadata["tokenizer.ggml.tokens"] == ["a", "bé", "<x>"]
+        blob, offsets = gf.metadata["tokenizer.ggml.tokens"].buffers()  # the validators' vectorized view
+        assert blob.tobytes() == "abé<x>".encode() and offsets.tolist() == [0, 1, 4, 7]
         np.testing.assert_array_equal(gf.metadata["tokenizer.ggml.scores"], [0, -1, -2])
         assert gf.metadata["general.flag"] is True and gf.metadata["llama.block_count"] == 2
         assert list(gf.tensors) == ["a.weight", "b.weight", "q.weight"]

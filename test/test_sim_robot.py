@@ -16,7 +16,7 @@ from rclpy.action import ActionClient
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 
-from bolt_ros.nodes.animation_server import AnimationServer
+from bolt_ros.nodes.animation_server import AnimationServer, AnimationServerConfig
 from bolt_ros.nodes.motion_server import MotionServer, MotionServerConfig
 from bolt_ros.nodes.sim_robot import SimRobot, SimRobotConfig, msg_to_pose, pose_to_msg
 from bolt_ros.robot import (
@@ -293,6 +293,19 @@ def test_animation_goals_queue_and_cancel_stops_the_motion(ros, robot):
     time.sleep(0.1)
     # held where it stopped (one 100 Hz tick of slack for the cancel racing the control loop on a loaded machine)
     assert robot.states[-1].position[YAW] == pytest.approx(stopped, abs=0.01) and stopped < 0.9
+
+
+def test_animation_queue_is_bounded_and_a_full_queue_rejects_goals(ros):
+    sim = ros.add(SimRobot(robot=TEST_ROBOT, context=ros.context))
+    ros.add(AnimationServer(sim, AnimationServerConfig(max_queued_goals=2), context=ros.context))
+    client = action_client(ros, ros.node(), PlayAnimation, "play_animation")
+    handles = [ros.result(client.send_goal_async(PlayAnimation.Goal(name="slow_turn")), what="goal response")
+               for _ in range(4)]  # one runs, two wait, the fourth finds the queue full
+    assert [h.accepted for h in handles] == [True, True, True, False]
+    for h in handles[:3]:  # cancelling frees the queue: a new goal is accepted again
+        ros.result(h.cancel_goal_async())
+    wait_for(lambda: ros.result(client.send_goal_async(PlayAnimation.Goal(name="bob"))).accepted, 5.0,
+             "a goal accepted once the queue drained")
 
 
 def test_unknown_animation_is_aborted_with_the_list(ros, robot):

@@ -1,5 +1,6 @@
 """Tokenizer: ids identical to llama.cpp (fixtures from bench/make_tokenizer_fixtures.py), decoding, streaming,
-prompt-injection safety and speed, on the two real models (Gemma 3 270M: SPM; SmolLM2-135M: GPT-2 BPE)."""
+prompt-injection safety and speed, on the real models (Gemma 3 270M: SPM; SmolLM2-135M: GPT-2 BPE with the smollm
+pre-tokenizer; Qwen2.5-Coder-0.5B: GPT-2 BPE with the qwen2 one)."""
 from __future__ import annotations
 
 import json
@@ -12,10 +13,10 @@ from hypothesis import strategies as st
 
 from bolt_ros.engine.default_models import resolve_model
 from bolt_ros.engine.gguf_file import GGUFError, GGUFFile
-from bolt_ros.engine.tokenizer import CONTROL, NORMAL, Segment, StreamDecoder, Tokenizer, _byte_to_unicode
+from bolt_ros.engine.tokenizer import CONTROL, NORMAL, USER_DEFINED, Segment, StreamDecoder, Tokenizer, _byte_to_unicode
 
 FIXTURES = Path(__file__).parent / "fixtures"
-MODELS = {"gemma3": "default", "smollm2": "smollm2"}
+MODELS = {"gemma3": "default", "smollm2": "smollm2", "qwen2": "qwen2.5-coder-0.5b"}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -31,19 +32,33 @@ def _mismatches(pairs):
     return [(text, want, got) for text, want, got in pairs if want != got]
 
 
+def _guarded(tok: Tokenizer, ids: list[int]) -> bool:
+    """llama.cpp's plain-text ids contain a structural token (a tool-call tag typed USER_DEFINED): where we differ
+    from llama.cpp on purpose (Tokenizer._structural)."""
+    return bool(set(ids) & tok.structural_ids)
+
+
 def test_ids_match_llama_cpp(model):
     name, _, tok, fx = model
     cases = fx["cases"]
     assert len(cases) >= 250, "the fixture corpus must be broad"
-    bad = _mismatches((c["text"], c["ids"], tok.encode(c["text"])) for c in cases)
+    same = [c for c in cases if not _guarded(tok, c["ids"])]
+    bad = _mismatches((c["text"], c["ids"], tok.encode(c["text"])) for c in same)
     assert not bad, f"{name}: {len(bad)}/{len(cases)} strings differ from llama.cpp, first: {bad[:3]}"
+    # the rest: llama.cpp turns the text "<tool_call>" into the tag token even in plain text; we spell it out
+    for c in cases:
+        if _guarded(tok, c["ids"]):
+            got = tok.encode(c["text"])
+            assert not set(got) & tok.structural_ids and tok.decode(got) == c["text"], c["text"]
+    assert name != "qwen2" or len(same) < len(cases), "the qwen2 corpus must contain imitated tool-call tags"
 
 
 def test_bos_like_llama_cpp(model):
     _, _, tok, fx = model
     prefix = fx["add_special_prefix"]
     assert prefix == ([tok.bos_id] if tok.add_bos else [])
-    bad = _mismatches((c["text"], prefix + c["ids"], tok.encode(c["text"], add_bos=True)) for c in fx["cases"])
+    bad = _mismatches((c["text"], prefix + c["ids"], tok.encode(c["text"], add_bos=True)) for c in fx["cases"]
+                      if not _guarded(tok, c["ids"]))
     assert not bad, bad[:3]
 
 
@@ -158,6 +173,18 @@ def test_special_ids_and_eog(model):
         assert {tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>")} <= tok.eog_ids
         assert tok.token_id("<|im_start|>") not in tok.eog_ids
         assert tok.token_bytes(tok.token_id("Ġworld")) == b" world"
+    if name == "qwen2":
+        assert tok.pre == "qwen2" and tok.vocab_size == 151936 and tok.eos_id == tok.token_id("<|im_end|>")
+        assert [tok.token_text(i) for i in tok.encode("x=12345")] == ["x", "=", "1", "2", "3", "4", "5"]  # \p{N}
+        # its tool-call tags are USER_DEFINED, not CONTROL: llama.cpp spells them as one token even in plain text;
+        # we do only in trusted (template) text, so a user cannot hand the model a real tag
+        tc = tok.token_id("<tool_call>")
+        assert tok.token_type(tc) == USER_DEFINED and not tok.is_control(tc) and tc in tok.structural_ids
+        plain = tok.encode("say <tool_call>")
+        assert tc not in plain and tok.decode(plain) == "say <tool_call>"
+        assert tok.encode("say <tool_call>", parse_special=True) == [*tok.encode("say "), tc]
+        assert StreamDecoder(tok, skip_special=True).push(tc) == "<tool_call>"  # the model's own tag reaches parsers
+        assert tok.token_id("<|fim_pad|>") in tok.eog_ids and tok.is_control(tok.token_id("<|fim_pad|>"))
     assert tok.is_control(tok.eos_id) and not tok.is_control(tok.encode("hello")[0])
     assert tok.token_id("definitely not a token \u2603\u2603") is None
     with pytest.raises(ValueError, match="outside the vocabulary"):

@@ -32,7 +32,7 @@ def test_valid_action_and_service_calls(ros):
 def test_refusals_before_ros_unknown_tool_and_bad_arguments(ros):
     assistant, _, _ = start(ros, [])
     out = _call(assistant, "fly", {"height": 3})
-    assert not out.ok and out.error.startswith("unknown tool 'fly'; available tools: play_animation, move_head")
+    assert not out.ok and out.error.startswith("unknown tool 'fly'; available tools: play_animation, look, move_head")
     out = _call(assistant, "move_head", {"yaw": 200, "pitch": 0})
     assert not out.ok and "yaw: Input should be less than or equal to 60" in out.error
     out = _call(assistant, "play_animation", {"name": "moonwalk"})

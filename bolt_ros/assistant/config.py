@@ -27,13 +27,21 @@ class BackendConfig(_Strict):
     kind: Literal["embedded", "openai", "scripted"] = "embedded"
     model_path: str = "default-chat"     # embedded: a GGUF path or a name from bolt_ros.engine.default_models
     draft_path: str = ""                 # embedded: optional DFlash drafter GGUF
+    n_ctx: int = Field(4096, ge=256, le=131072)  # embedded: context length (KV cache); prompts are fitted to it
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")  # embedded: auto = CUDA when present
     base_url: str = "http://127.0.0.1:8080/v1"   # openai: the server's /v1 root
     model: str = ""                      # openai: model name sent with each request
     api_key: str = ""                    # openai: bearer token, if the server wants one
     request_timeout_s: float = Field(30.0, gt=0)
     max_tokens: int = Field(256, gt=0)
+    # sampling: the defaults are Qwen2.5-Coder-Instruct's recommended ones (its generation_config.json; the GGUF
+    # carries no general.sampling.* keys)
     temperature: float = Field(0.7, ge=0)
-    top_p: float = Field(0.95, gt=0, le=1)
+    top_p: float = Field(0.8, gt=0, le=1)
+    top_k: int = Field(20, ge=0)         # 0 = off
+    min_p: float = Field(0.0, ge=0, lt=1)
+    repetition_penalty: float = Field(1.05, gt=0)  # 1 = off; llama.cpp's repeat_penalty over the last 64 tokens
+    tool_choice: Literal["auto", "required", "none"] = "auto"  # embedded: grammar-constrained calls (llguidance)
     seed: int = -1                       # -1 = random
     script: str = ""                     # scripted: YAML rules (see bolt_ros/assistant/scripted.py)
     token_delay_s: float = Field(0.0, ge=0)  # scripted: delay per streamed word, to look like a model
@@ -60,8 +68,10 @@ class AssistantConfig(_Strict):
     topics: TopicsConfig = TopicsConfig()
     max_history_messages: int = Field(16, gt=0)
     max_tool_rounds: int = Field(3, ge=0)      # model calls that may request tools; the next one gets no tools
+    max_sentences: int = Field(3, ge=0)        # a turn stops after this many spoken sentences (0 = no limit)
     enable_thinking: bool = False              # default when a transcript arrives (a goal says its own)
     barge_in: bool = True                      # a new utterance cancels the reply in progress
+    max_queued_turns: int = Field(4, gt=0)     # without barge-in: turns waiting; more are refused
     barge_in_stops_motion: bool = True         # ... and the robot's running motions
     tools: list[ToolSpec] = Field(default_factory=list)
 

@@ -87,10 +87,24 @@ class Conversation:
         """The full prompt: system, history, then the messages of the turn in progress."""
         return [{"role": "system", "content": self.system_prompt}, *self.history, *pending]
 
+    def fitted(self, pending: list[dict], fits: Callable[[list[dict]], bool]) -> list[dict]:
+        """messages(pending), after dropping the oldest whole turns until fits(prompt) holds (the prompt must fit
+        the model's context with room for the reply). With no history left it is returned as it is: the system
+        prompt and the turn in progress are never cut (an utterance too long for the context is the engine's clear
+        error, not a silently shortened question)."""
+        msgs = self.messages(pending)
+        while self.history and not fits(msgs):
+            self._drop_oldest_turn()
+            msgs = self.messages(pending)
+        return msgs
+
     def commit(self, turn: list[dict]) -> None:
         """Append a finished (or interrupted) turn and trim the oldest turns to the bound."""
         self.history.extend(turn)
         while len(self.history) > self.max_messages:
-            # drop whole turns: cut up to the next user message so no tool result loses its call
-            nxt = next((i for i, m in enumerate(self.history[1:], 1) if m["role"] == "user"), len(self.history))
-            del self.history[:nxt]
+            self._drop_oldest_turn()
+
+    def _drop_oldest_turn(self) -> None:
+        # drop whole turns: cut up to the next user message so no tool result loses its call
+        nxt = next((i for i, m in enumerate(self.history[1:], 1) if m["role"] == "user"), len(self.history))
+        del self.history[:nxt]

@@ -26,33 +26,48 @@ from bolt_ros.engine.sampling import SamplingParams
 
 
 class EmbeddedBackend:
-    def __init__(self, engine, sampling: SamplingParams):
+    def __init__(self, engine, sampling: SamplingParams, tool_choice: str = "auto"):
         self.engine = engine
         self.sampling = sampling
+        self.tool_choice = tool_choice
         self.session = engine.chat_session(system=None)
+        if tool_choice != "none":
+            self.session.prepare_tools()  # the grammar's vocabulary view now, not in the first reply (~1.3 s, Qwen)
         self._ids = itertools.count(1)
 
     @classmethod
     def from_config(cls, cfg) -> EmbeddedBackend:
         from bolt_ros.engine.default_models import resolve_model
+        from bolt_ros.engine.device import resolve_device
         from bolt_ros.engine.generate import Engine
 
         try:
             model = resolve_model(cfg.model_path)
             draft = resolve_model(cfg.draft_path) if cfg.draft_path else None
-            engine = Engine.load(model, draft=draft)
+            engine = Engine.load(model, draft=draft, n_ctx=cfg.n_ctx, device=resolve_device(cfg.device))
         except (OSError, ValueError) as e:  # GGUFError is a ValueError; a missing file an OSError
             raise BackendError(f"embedded backend: cannot load model {cfg.model_path!r}"
                                + (f" with drafter {cfg.draft_path!r}" if cfg.draft_path else "") + f": {e}") from e
-        sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+        sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
+                                  repetition_penalty=cfg.repetition_penalty, max_tokens=cfg.max_tokens,
                                   seed=None if cfg.seed < 0 else cfg.seed)
-        return cls(engine, sampling)
+        return cls(engine, sampling, cfg.tool_choice)
+
+    @property
+    def context_budget(self) -> int:
+        """Tokens a prompt may take: the context less room for the longest reply."""
+        return self.engine.n_ctx - self.sampling.max_tokens - 1
+
+    def prompt_tokens(self, messages: list[dict], tools: list[dict]) -> int:
+        """The prompt's exact length, rendered and tokenized as stream_chat will."""
+        fmt, tok = self.engine.chat_format, self.engine.tok
+        return len(tok.encode_segments(fmt.render(messages, tools=tools or None), add_bos=tok.add_bos))
 
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
                     cancel: threading.Event) -> Iterator[BackendEvent]:
         # the engine holds the session's lock while it generates: calls on the one cache never interleave
         for ev in self.session.stream(messages, tools=tools or None, enable_thinking=enable_thinking,
-                                      sampling=self.sampling, cancel=cancel):
+                                      sampling=self.sampling, cancel=cancel, tool_choice=self.tool_choice):
             yield self._convert(ev)
 
     def _convert(self, ev) -> BackendEvent:

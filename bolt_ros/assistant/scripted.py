@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,10 +31,10 @@ Script = Callable[[list[dict]], list[dict]]
 
 
 class ScriptedBackend:
-    def __init__(self, script: Script | list[dict], *, token_delay_s: float = 0.0):
+    def __init__(self, script: Script | list[dict], *, token_delay_s: float = 0.0, max_log: int = 1000):
         self.script = script if callable(script) else _rules(script)
         self.token_delay_s = token_delay_s
-        self.requests: list[dict[str, Any]] = []
+        self.requests: deque[dict[str, Any]] = deque(maxlen=max_log)  # the newest requests: bounded on long runs
         self._ids = 0
 
     @classmethod

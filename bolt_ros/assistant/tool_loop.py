@@ -1,7 +1,10 @@
 """One assistant turn: model call -> tool calls -> results back to the model -> ... -> final reply.
 
 Bounded: at most `max_tool_rounds` model calls may use tools; the call after that is offered no tools, so the
-model has to answer in words. Cancellation (barge-in) is checked between streamed events and between tool calls.
+model has to answer in words. Spoken replies end: after `max_sentences` complete sentences in a turn, or at the first
+sentence that repeats one already spoken in it (small models loop: "I can see it. I can see it. ..."), the model call
+is stopped (its stream closed) and the rest is never spoken. Cancellation (barge-in) is checked between streamed
+events and between tool calls.
 Everything the outside world needs (text, sentences for TTS, tool calls and results, state changes, errors) is
 reported through `emit` as it happens.
 """
@@ -41,6 +44,8 @@ class TurnResult:
     stats: dict = field(default_factory=dict)
     cancelled: bool = False
     error: str = ""
+    spoken: list[str] = field(default_factory=list)  # the sentences emitted for speech, in order
+    stopped: str = ""  # "max_sentences" or "repetition" when the loop cut the model off
     t_request: float = 0.0  # perf_counter when the first engine request went out
 
 
@@ -49,11 +54,12 @@ ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]
 
 class ToolLoop:
     def __init__(self, backend: ChatBackend, call_tool: ToolCaller, emit: Callable[[LoopEvent], None], *,
-                 max_tool_rounds: int = 3):
+                 max_tool_rounds: int = 3, max_sentences: int = 0):
         self.backend = backend
         self.call_tool = call_tool
         self.emit = emit
         self.max_tool_rounds = max_tool_rounds
+        self.max_sentences = max_sentences  # 0 = no limit
         self._state = IDLE
 
     def run(self, conv: Conversation, user_msg: dict, tools: list[dict], *, enable_thinking: bool,
@@ -64,7 +70,7 @@ class ToolLoop:
             for rnd in range(self.max_tool_rounds + 1):
                 calls = self._model_call(conv, res, tools if rnd < self.max_tool_rounds else [], enable_thinking,
                                          cancel, t0)
-                if res.cancelled or not calls:
+                if res.cancelled or res.stopped or not calls:
                     break
                 self._run_tools(calls, res, cancel, allowed=rnd < self.max_tool_rounds)
                 if res.cancelled:
@@ -72,6 +78,8 @@ class ToolLoop:
         except Exception as e:  # a failing engine ends the turn with an error event; the node keeps running
             res.error = f"{type(e).__name__}: {e}"
             self.emit(LoopEvent("error", res.error))
+        if res.stopped:
+            res.stats["stopped"] = res.stopped
         res.stats["tool_rounds"] = sum(1 for m in res.messages if m["role"] == "assistant" and m.get("tool_calls"))
         res.stats["total_ms"] = (time.perf_counter() - t0) * 1e3
         self._set_state(IDLE)
@@ -80,32 +88,46 @@ class ToolLoop:
     def _model_call(self, conv, res, tools, enable_thinking, cancel, t0) -> list[ToolCallRequest]:
         self._set_state(THINKING)
         splitter, text, calls = SentenceSplitter(), [], []
+        n_spoken = len(res.spoken)
         if not res.t_request:
             res.t_request = time.perf_counter()
-        for ev in self.backend.stream_chat(conv.messages(res.messages), tools, enable_thinking=enable_thinking,
-                                           cancel=cancel):
-            if cancel.is_set():
-                res.cancelled = True
-                break
-            if isinstance(ev, TextDelta) and ev.text:
-                res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
-                self._set_state(SPEAKING)
-                text.append(ev.text)
-                self.emit(LoopEvent("text", ev.text))
-                for s in splitter.push(ev.text):
-                    self.emit(LoopEvent("sentence", s))
-            elif isinstance(ev, ThoughtDelta) and ev.text:
-                self.emit(LoopEvent("thought", ev.text))
-            elif isinstance(ev, ToolCallRequest):
-                res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
-                calls.append(ev)
-                self.emit(LoopEvent("tool_call", call=ev))
-            elif isinstance(ev, Finished):
-                _merge_stats(res.stats, ev.stats)
+        budget = getattr(self.backend, "context_budget", None)  # tokens the prompt may take (None: unknown)
+        if budget is None:
+            messages = conv.messages(res.messages)
+        else:  # oldest turns go first; exact counting only when a cheap upper bound says it may not fit
+            messages = conv.fitted(res.messages, lambda m: _utf8_bound(m, tools) <= budget
+                                   or self.backend.prompt_tokens(m, tools) <= budget)
+        stream = self.backend.stream_chat(messages, tools, enable_thinking=enable_thinking, cancel=cancel)
+        try:
+            for ev in stream:
+                if cancel.is_set():
+                    res.cancelled = True
+                    break
+                if isinstance(ev, TextDelta) and ev.text:
+                    res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
+                    self._set_state(SPEAKING)
+                    text.append(ev.text)
+                    self.emit(LoopEvent("text", ev.text))
+                    if not all(self._speak(s, res) for s in splitter.push(ev.text)):
+                        break
+                elif isinstance(ev, ThoughtDelta) and ev.text:
+                    self.emit(LoopEvent("thought", ev.text))
+                elif isinstance(ev, ToolCallRequest):
+                    res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
+                    calls.append(ev)
+                    self.emit(LoopEvent("tool_call", call=ev))
+                elif isinstance(ev, Finished):
+                    _merge_stats(res.stats, ev.stats)
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:  # a cut-off model call stops generating now (the engine frees its session)
+                close()
         res.cancelled = res.cancelled or cancel.is_set()
-        if not res.cancelled:  # an interrupted reply's last fragment is not spoken
+        if not res.cancelled and not res.stopped:  # an interrupted reply's last fragment is not spoken
             for s in splitter.flush():
-                self.emit(LoopEvent("sentence", s))
+                self._speak(s, res)
+        if res.stopped:  # the history keeps what was said, not the loop that was cut off
+            text = [" ".join(s for s in res.spoken[n_spoken:])]
         reply = "".join(text)
         res.text += ("" if not res.text or not reply else " ") + reply.strip()
         msg: dict = {"role": "assistant", "content": reply}
@@ -116,6 +138,20 @@ class ToolLoop:
         if reply or calls:
             res.messages.append(msg)
         return calls
+
+    def _speak(self, sentence: str, res: TurnResult) -> bool:
+        """Emit a sentence for speech unless it repeats one of this turn; False when the reply must stop here."""
+        if res.stopped:
+            return False
+        if _norm(sentence) in {_norm(s) for s in res.spoken}:
+            res.stopped = "repetition"
+            return False
+        res.spoken.append(sentence)
+        self.emit(LoopEvent("sentence", sentence))
+        if self.max_sentences and len(res.spoken) >= self.max_sentences:
+            res.stopped = "max_sentences"
+            return False
+        return True
 
     def _run_tools(self, calls, res, cancel, *, allowed: bool) -> None:
         self._set_state(ACTING)
@@ -149,6 +185,16 @@ def _merge_stats(acc: dict, new: dict) -> None:
     new = {"prefill_tokens": new.get("prompt_tokens", 0), **new}  # a backend without prefix reuse runs it all
     for key in ("prompt_tokens", "prefill_tokens", "completion_tokens"):
         acc[key] = acc.get(key, 0) + int(new.get(key, 0))
+
+
+def _utf8_bound(messages: list[dict], tools: list[dict]) -> int:
+    """An upper bound on the prompt's tokens without tokenizing: a byte-level BPE or SPM token covers at least one
+    UTF-8 byte of text, plus a generous 16 tokens of template markup per message."""
+    return len(json.dumps([messages, tools], ensure_ascii=False).encode()) + 16 * len(messages)
+
+
+def _norm(sentence: str) -> str:
+    return " ".join("".join(c for c in sentence.lower() if c.isalnum() or c.isspace()).split())
 
 
 def arguments_json(call: ToolCallRequest) -> str:

@@ -110,7 +110,13 @@ class ChatFormat:
         return self.tok.encode_segments(self.render(messages, **render_kwargs), add_bos=True)
 
     def parser(self, tools: list | None = None) -> OutputParser:
+        """tools: the tools offered (calls of others are errors); None: any name; []: none may be called."""
         return PassthroughParser()
+
+    def tool_grammar(self, tools: list[dict], mode: str = "auto") -> str | None:
+        """An llguidance grammar for replies that may ("auto") or must ("required") call these tools, or None when
+        this format has no tool-call syntax (see grammar.py)."""
+        return None
 
 
 def message_text(message: Message) -> str:

@@ -35,17 +35,28 @@ class ChatSession:
         return ([{"role": "system", "content": self.system}] if self.system else []) + list(messages)
 
     def stream(self, messages: list[dict], *, tools: list[dict] | None = None, enable_thinking: bool = False,
-               sampling: SamplingParams | None = None,
-               cancel: threading.Event | None = None) -> Iterator[OutputEvent | ChatStats]:
+               sampling: SamplingParams | None = None, cancel: threading.Event | None = None,
+               tool_choice: str | dict = "auto", constrain: bool = True) -> Iterator[OutputEvent | ChatStats]:
+        """One reply to `messages`, as parsed events and then ChatStats.
+
+        tool_choice: "auto" (the model may call a tool), "required" (the reply is tool calls, from its first token),
+        "none" (no tools are offered; a call written anyway comes back as an error event), or OpenAI's
+        {"type": "function", "function": {"name": N}} (calls of that tool only). With tools offered and a format
+        that has a tool grammar, calls are schema-constrained (grammar.py) unless constrain=False."""
+        from .grammar import resolve_tool_choice  # no llguidance import: that happens only when decoding
         fmt, tok = self.engine.chat_format, self.engine.tok
-        segments = fmt.render(self._messages(messages), tools=tools, enable_thinking=enable_thinking)
+        callable_tools, mode = resolve_tool_choice(tools, tool_choice)
+        offered = tools if mode != "none" else None
+        segments = fmt.render(self._messages(messages), tools=offered or None, enable_thinking=enable_thinking)
         ids = tok.encode_segments(segments, add_bos=tok.add_bos)
         params = (sampling or SamplingParams()).model_copy(deep=True)
         params.stop_token_ids = sorted(set(params.stop_token_ids) | set(fmt.stop_token_ids))
         params.stop = list(dict.fromkeys([*params.stop, *fmt.stop_strings]))
-        parser = fmt.parser(tools) if tools else fmt.parser()
+        parser = fmt.parser(offered) if offered else fmt.parser([] if tools and mode == "none" else None)
+        grammar = fmt.tool_grammar(callable_tools, mode) if callable_tools and constrain else None
         result: GenerationResult | None = None
-        for ev in self.engine.stream(ids, params, session=self.session, cancel=cancel, use_draft=self.use_draft):
+        for ev in self.engine.stream(ids, params, session=self.session, cancel=cancel, use_draft=self.use_draft,
+                                     grammar=grammar):
             if isinstance(ev, GenerationResult):
                 result = ev
             elif ev.text:
@@ -58,8 +69,14 @@ class ChatSession:
             prompt_tokens=t.prompt_tokens, prefill_tokens=t.prefill_tokens,
             completion_tokens=len(result.completion_ids), tokens_per_second=t.decode_tok_s,
             acceptance_length=float(spec.get("tokens_per_pass", 1.0)))
-        self.last_stats = {**stats.__dict__, "decode_tok_s": t.decode_tok_s}
+        self.last_stats = {**stats.__dict__, "decode_tok_s": t.decode_tok_s, "grammar": result.grammar}
         yield stats
+
+    def prepare_tools(self) -> None:
+        """Build the grammar's view of the vocabulary now (0.4 s for 49k tokens, 1.3 s for Qwen's 152k, 1.9 s for
+        Gemma's 262k) instead of in the first reply that offers tools. Safe to call from a background thread."""
+        from .grammar import lltokenizer
+        lltokenizer(self.engine.tok, set(self.engine.tok.eog_ids) | set(self.engine.chat_format.stop_token_ids))
 
     def send(self, user_text: str, *, params: SamplingParams | None = None,
              cancel: threading.Event | None = None) -> Iterator[OutputEvent]:

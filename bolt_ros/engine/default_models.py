@@ -129,11 +129,16 @@ def _qwen_coder_05b() -> Path:
     return assemble(QWEN_CODER_05B)
 
 
-_NAMED = {DEFAULT: _gemma3_270m, DEFAULT_CHAT: _smollm2, SMOLLM2: _smollm2, "qwen2.5-coder-0.5b": _qwen_coder_05b}
+def _qwen_coder_15b() -> Path:
+    return assemble(QWEN_CODER_15B)
+
+
+_NAMED = {DEFAULT: _gemma3_270m, DEFAULT_CHAT: _qwen_coder_05b, SMOLLM2: _smollm2,
+          "qwen2.5-coder-0.5b": _qwen_coder_05b, "qwen2.5-coder-1.5b": _qwen_coder_15b}
 
 
 def resolve_model(name_or_path: str | Path) -> Path:
-    """A model name (`default`, `default-chat`) or a path -> an existing GGUF file."""
+    """A model name (`default`, `default-chat`, `smollm2`, ...) or a path -> an existing GGUF file."""
     key = str(name_or_path)
     if key in _NAMED:
         return _NAMED[key]()
@@ -148,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ensure", action="store_true", help="make sure every named model is on disk")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args(argv)
-    for name in args.names or (list(_NAMED) if args.ensure else []):
+    # --ensure: what setup assembles (the 1.5B sibling, 1.1 GB of wheels, only when asked for by name)
+    for name in args.names or ([DEFAULT, DEFAULT_CHAT, SMOLLM2] if args.ensure else []):
         print(f"{name}: {resolve_model(name)}")
     return 0
 

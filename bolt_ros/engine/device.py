@@ -22,6 +22,26 @@ import torch
 import torch.nn.functional as F
 
 
+def resolve_device(spec: str) -> torch.device:
+    """`auto` -> the first CUDA device when torch sees one, else the CPU; `cpu`, `cuda`, `cuda:N` as given, checked
+    (a CUDA device that is not there is a clear error, not a late one inside the first matmul)."""
+    spec = spec.strip().lower()
+    if spec == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {spec!r} (auto, cpu, cuda or cuda:N)") from e
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {spec!r} (auto, cpu, cuda or cuda:N)")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {spec!r}: no CUDA device available (torch.cuda.is_available() is False)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {spec!r}: only {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
 def kernels_on(device: torch.device | str) -> bool:
     """True when a model on `device` runs the Triton kernels."""
     device = torch.device(device)
@@ -115,6 +135,8 @@ def kernel_attention(block, x: torch.Tensor, positions: torch.Tensor, cache, rop
     cfg, T, hd = block.cfg, x.shape[0], block.hd
     nq, nkv = block.n_head * hd, block.n_kv * hd
     qkv = block.wqkv(x)  # [T, nq (+ 2 * nkv)]
+    if block.qkv_bias is not None:  # Qwen2's Q/K/V biases (a device tensor, so CUDA graphs record the add)
+        qkv = qkv + block.qkv_bias
     q = qkv[:, :nq].reshape(T, block.n_head, hd)  # [T, n_head, hd]: the kernels' layout
     if block.q_norm is not None:
         q = ops.rms_norm(q, block.q_norm, cfg.rms_eps)

@@ -9,7 +9,8 @@ One step, with the last committed token `anchor` at position s (not yet in the t
      target's token t_i is drawn from `Sampler.distribution` given everything accepted so far; d_{i+1} is accepted
      while t_i == d_{i+1}, and the first t_i that differs (or the bonus token after n accepted) is committed too. Every
      committed token is a genuine sample of the target's distribution, so this is lossless for any sampling settings;
-     for greedy it is the plain argmax;
+     for greedy it is the plain argmax. With a grammar the Sampler masks each row given the rows accepted before it
+     (and commits each sampled token to the matcher), so an accepted draft always satisfies the grammar;
   4. rollback: the target cache keeps positions <= s + a (a = accepted drafts); the drafter gets context rows for
      exactly those positions, from the verify pass's captured hidden states.
 
@@ -136,7 +137,9 @@ class DFlashDecoder:
     def _draft(self, anchor: int, n: int) -> list[int]:
         mask = self.drafter.model.cfg.mask_token_id
         logits = self.drafter.model.draft_logits([anchor] + [mask] * n, self.state.cache)  # [n, vocab]
-        return logits.argmax(-1).tolist()  # greedy drafts, as llama.cpp and the reference do
+        drafts = logits.argmax(-1).tolist()  # greedy drafts, as llama.cpp and the reference do
+        constraint = self.sampler.constraint
+        return constraint.repair_drafts(drafts) if constraint is not None else drafts
 
     def verify(self, logits: torch.Tensor, drafts: list[int], recent: list[int]) -> list[int]:
         """Exact-match verification: the target's own sample at each row, accepting drafts while they agree.
@@ -160,6 +163,7 @@ class DFlashDecoder:
         n = min(self.session.cache.n_past, self.n_prompt + n_keep_committed)
         self.session.truncate(n)
         self.state.truncate(n)
+        self.sampler.rollback_to(n_keep_committed)  # the grammar forgets the dropped tokens too
 
     def stats(self) -> dict:
         steps = len(self.log)

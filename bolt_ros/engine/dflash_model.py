@@ -15,14 +15,31 @@ GGUF conventions (llama.cpp `src/models/dflash.cpp`, `conversion/qwen.py`):
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from torch import nn
 
+from . import validate, validate_tokenizer
 from .gguf_file import GGUFError, GGUFFile
 from .model import Rope, Transformer, rms_norm
+from .validate import (
+    MAX_ATTN_WIDTH,
+    MAX_BLOCK,
+    MAX_CONTEXT,
+    MAX_EMBD,
+    MAX_FF,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_KV_BYTES_PER_TOKEN,
+    MAX_LAYERS,
+    MAX_TARGET_LAYERS,
+    Int,
+    PerLayer,
+    Real,
+)
 from .weights import WeightStore
 
 ENC_NORM_NAMES = ("enc.output_norm.weight", "hidden_norm.weight")
@@ -51,44 +68,67 @@ class DraftConfig(BaseModel):
     swa: list[bool]
 
 
+class _DraftHparams(BaseModel):
+    """The `dflash.*` keys draft_config_from_gguf reads, typed and bounded (aliases: the key names after the prefix)."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
+
+    n_layer: Int(1, MAX_LAYERS) = Field(alias="block_count")
+    n_embd: Int(1, MAX_EMBD) = Field(alias="embedding_length")
+    n_head: Int(1, MAX_HEADS) = Field(alias="attention.head_count")
+    n_head_kv: Int(1, MAX_HEADS) | None = Field(None, alias="attention.head_count_kv")
+    head_dim: Int(1, MAX_HEAD_DIM) | None = Field(None, alias="attention.key_length")
+    n_ff: Int(1, MAX_FF) = Field(alias="feed_forward_length")
+    rms_eps: Real(0, 1, open_lo=True) = Field(1e-6, alias="attention.layer_norm_rms_epsilon")
+    rope_base: Real(0, 1e12, open_lo=True) = Field(1e4, alias="rope.freq_base")
+    rope_dim: Int(1, MAX_HEAD_DIM) | None = Field(None, alias="rope.dimension_count")
+    target_layers: Annotated[list[Int(0, MAX_LAYERS)], BeforeValidator(validate.as_list),
+                             Field(min_length=1, max_length=MAX_TARGET_LAYERS)] = Field(alias="target_layers")
+    target_hidden: Int(1, MAX_EMBD) | None = Field(None, alias="target_hidden_size")
+    block_size: Int(2, MAX_BLOCK) = Field(16, alias="block_size")
+    embedding_scale: Real(-1e6, 1e6) | None = Field(None, alias="embedding_scale")
+    causal: bool = Field(False, alias="attention.causal")
+    sliding_window: Int(0, MAX_CONTEXT) = Field(0, alias="attention.sliding_window")  # 0: none
+    swa_pattern: PerLayer(bool) | None = Field(None, alias="attention.sliding_window_pattern")
+
+
 def draft_config_from_gguf(gf: GGUFFile) -> DraftConfig:
+    """The DraftConfig of a drafter file: typed, bounded keys (_DraftHparams) and every tensor the drafter reads
+    checked against it (validate.check_draft_tensors), so a malformed file is a GGUFError naming the key or tensor."""
+    name = gf.path.name
     if gf.arch() != "dflash":
-        raise GGUFError(f"{gf.path.name}: a DFlash drafter has architecture 'dflash', not {gf.arch()!r}")
-
-    def key(name: str, default=None):
-        value = gf.get(f"dflash.{name}", default)
-        if value is None:
-            raise GGUFError(f"{gf.path.name}: missing metadata key 'dflash.{name}'")
-        return value
-
-    n_layer, n_embd, n_head = int(key("block_count")), int(key("embedding_length")), int(key("attention.head_count"))
-    head_dim = int(key("attention.key_length", n_embd // n_head))
-    layers = [int(v) for v in key("target_layers")]
-    if not layers:
-        raise GGUFError(f"{gf.path.name}: dflash.target_layers is empty")
-    window = int(gf.get("dflash.attention.sliding_window", 0) or 0) or None
-    pattern = gf.get("dflash.attention.sliding_window_pattern")
-    swa = [bool(v) for v in pattern] if (window and pattern is not None) else [window is not None] * n_layer
-    if len(swa) != n_layer:
-        raise GGUFError(f"{gf.path.name}: sliding_window_pattern has {len(swa)} entries for {n_layer} layers")
-    tokens = gf.get("tokenizer.ggml.tokens")
-    mask = gf.get("tokenizer.ggml.mask_token_id")
-    if mask is None:
-        raise GGUFError(f"{gf.path.name}: missing tokenizer.ggml.mask_token_id (the DFlash mask token)")
-    scale = gf.get("dflash.embedding_scale")
+        raise GGUFError(f"{name}: a DFlash drafter has architecture 'dflash', not {gf.arch()!r}")
+    tok = validate_tokenizer.check_tokenizer(gf)
+    hp = validate.read_metadata(gf, _DraftHparams, "dflash.")
+    head_dim = hp.head_dim if hp.head_dim is not None else hp.n_embd // hp.n_head
+    if head_dim < 1:
+        raise GGUFError(f"{name}: missing metadata key 'dflash.attention.key_length' (embedding_length "
+                        f"{hp.n_embd} < head_count {hp.n_head})")
+    n_head_kv = hp.n_head_kv if hp.n_head_kv is not None else hp.n_head
+    if hp.n_head % n_head_kv:
+        raise GGUFError(f"{name}: {hp.n_head} heads are not a multiple of {n_head_kv} KV heads "
+                        "(dflash.attention.head_count, dflash.attention.head_count_kv)")
+    rope_dim = hp.rope_dim if hp.rope_dim is not None else head_dim
+    if rope_dim % 2 or rope_dim > head_dim:
+        raise GGUFError(f"{name}: dflash.rope.dimension_count = {rope_dim} must be even and at most the head dim "
+                        f"{head_dim}")
+    if hp.n_head * head_dim > MAX_ATTN_WIDTH or 8 * hp.n_layer * n_head_kv * head_dim > MAX_KV_BYTES_PER_TOKEN:
+        raise GGUFError(f"{name}: dflash head_count {hp.n_head} / head_count_kv {n_head_kv} x key_length {head_dim}"
+                        f" x {hp.n_layer} layers is too large")
+    window = hp.sliding_window or None
+    if window and hp.swa_pattern is not None:
+        swa = validate.per_layer(gf, hp.swa_pattern, hp.n_layer, "dflash.attention.sliding_window_pattern")
+    else:
+        swa = [window is not None] * hp.n_layer
+    if tok.mask is None:
+        raise GGUFError(f"{name}: missing metadata key 'tokenizer.ggml.mask_token_id' (the DFlash mask token)")
     cfg = DraftConfig(
-        n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=int(key("attention.head_count_kv", n_head)),
-        head_dim=head_dim, n_ff=int(key("feed_forward_length")),
-        rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)), rope_base=float(key("rope.freq_base", 1e4)),
-        rope_dim=int(key("rope.dimension_count", head_dim)), target_layers=layers,
-        target_hidden=int(key("target_hidden_size", n_embd)), block_size=int(key("block_size", 16)),
-        mask_token_id=int(mask), n_vocab=len(tokens) if tokens is not None else None,
-        embedding_scale=float(scale) if scale is not None else None,
-        causal=bool(gf.get("dflash.attention.causal", False)), sliding_window=window, swa=swa)
-    if cfg.block_size < 2:
-        raise GGUFError(f"{gf.path.name}: dflash.block_size {cfg.block_size} < 2")
-    if cfg.n_head % cfg.n_head_kv:
-        raise GGUFError(f"{gf.path.name}: {cfg.n_head} heads are not a multiple of {cfg.n_head_kv} KV heads")
+        n_layer=hp.n_layer, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=hp.n_ff,
+        rms_eps=hp.rms_eps, rope_base=hp.rope_base, rope_dim=rope_dim, target_layers=hp.target_layers,
+        target_hidden=hp.target_hidden if hp.target_hidden is not None else hp.n_embd, block_size=hp.block_size,
+        mask_token_id=tok.mask, n_vocab=len(tok.tokens) if tok.tokens is not None else None,
+        embedding_scale=hp.embedding_scale, causal=hp.causal, sliding_window=window, swa=swa)
+    validate.check_draft_tensors(gf, cfg, ENC_NORM_NAMES)
     return cfg
 
 
@@ -181,10 +221,12 @@ class DFlashDraftModel(nn.Module):
         super().__init__()
         self.cfg, self.embedding_scale = cfg, embedding_scale
         tc = target.cfg
-        n_feat = len(cfg.target_layers) * cfg.target_hidden
-        fc = w.gf.info("fc.weight")
-        if tuple(reversed(fc.shape)) != (cfg.n_embd, n_feat):
-            raise GGUFError(f"fc.weight has shape {tuple(reversed(fc.shape))}, expected ({cfg.n_embd}, {n_feat})")
+        validate.check_draft_fc(w.gf, cfg)  # before anything is loaded
+        for name in ("token_embd.weight", "output.weight"):  # before anything is loaded
+            if w.has(name) and tuple(reversed(w.gf.info(name).shape)) != (tc.n_vocab, cfg.n_embd):
+                raise GGUFError(f"{w.gf.path.name}: drafter {name} has shape "
+                                f"{list(reversed(w.gf.info(name).shape))}, expected [{tc.n_vocab}, {cfg.n_embd}] "
+                                "(the target's vocabulary, embedding_length)")
         self.fc = w.linear("fc.weight")
         self.fc_scale = w.vector("fc.scale") if w.has("fc.scale") else None
         enc = next((n for n in ENC_NORM_NAMES if w.has(n)), None)
@@ -196,10 +238,6 @@ class DFlashDraftModel(nn.Module):
         # borrowed from the target unless the file ships its own: raw (unscaled) embedding rows, output matrix
         self.tok_embd = w.embedding("token_embd.weight") if w.has("token_embd.weight") else target.tok_embd
         self.output = w.linear("output.weight", role="head") if w.has("output.weight") else target.output
-        for name in ("token_embd.weight", "output.weight"):
-            if w.has(name) and tuple(reversed(w.gf.info(name).shape)) != (tc.n_vocab, cfg.n_embd):
-                raise GGUFError(f"drafter {name} has shape {tuple(reversed(w.gf.info(name).shape))}, "
-                                f"expected ({tc.n_vocab}, {cfg.n_embd})")
         self.rope = Rope(cfg.head_dim, cfg.rope_dim, cfg.rope_base, "neox", None)
 
     def new_cache(self) -> DraftCache:
@@ -248,20 +286,21 @@ class DFlashDraftModel(nn.Module):
 
 
 def check_compatible(cfg: DraftConfig, target: Transformer, target_gguf: GGUFFile, draft_name: str) -> None:
-    """Reject a drafter made for another target: hidden sizes, vocabulary, layer ids, mask token."""
+    """Reject a drafter made for another target: hidden sizes, vocabulary, layer ids, mask token (GGUFErrors: the
+    drafter file is what does not fit)."""
     tc = target.cfg
     if cfg.target_hidden != tc.n_embd:
-        raise ValueError(f"drafter {draft_name} expects target hidden size {cfg.target_hidden}, "
+        raise GGUFError(f"drafter {draft_name} expects target hidden size {cfg.target_hidden}, "
                          f"the target has {tc.n_embd}")
     if cfg.n_embd != tc.n_embd:
-        raise ValueError(f"drafter {draft_name} has hidden size {cfg.n_embd} but borrows the target's embeddings "
+        raise GGUFError(f"drafter {draft_name} has hidden size {cfg.n_embd} but borrows the target's embeddings "
                          f"and head of width {tc.n_embd}")
     target_tokens = target_gguf.get("tokenizer.ggml.tokens")
     n_target = len(target_tokens) if target_tokens is not None else tc.n_vocab
     if cfg.n_vocab is not None and cfg.n_vocab != n_target:
-        raise ValueError(f"drafter {draft_name} has a {cfg.n_vocab}-token vocabulary, the target {n_target}")
+        raise GGUFError(f"drafter {draft_name} has a {cfg.n_vocab}-token vocabulary, the target {n_target}")
     bad = [i for i in cfg.target_layers if not 0 <= i <= tc.n_layer]
     if bad:
-        raise ValueError(f"drafter {draft_name} reads target layers {bad}, the target has {tc.n_layer} layers")
+        raise GGUFError(f"drafter {draft_name} reads target layers {bad}, the target has {tc.n_layer} layers")
     if not 0 <= cfg.mask_token_id < tc.n_vocab:
-        raise ValueError(f"drafter {draft_name} mask token {cfg.mask_token_id} is outside the target vocabulary")
+        raise GGUFError(f"drafter {draft_name} mask token {cfg.mask_token_id} is outside the target vocabulary")

@@ -576,3 +576,7 @@ class Gemma4ChatFormat(ChatFormat):
 
     def parser(self, tools: list | None = None) -> Gemma4OutputParser:
         return Gemma4OutputParser(tools=tools)
+
+    def tool_grammar(self, tools: list[dict], mode: str = "auto") -> str:
+        from .grammar import gemma4_grammar  # lazy: only constrained generations need it
+        return gemma4_grammar(tools, mode)

@@ -77,6 +77,7 @@ class GenerationResult:
     finish_reason: str  # "eos" | "stop" | "length" | "cancelled" | "context"
     timings: Timings
     spec: dict | None = None  # speculative decoding statistics
+    grammar: dict | None = None  # constrained decoding statistics (grammar.Constraint.stats)
 
 
 class Session:
@@ -217,23 +218,30 @@ class Engine:
 
     # --- generation ------------------------------------------------------------------------------------------------
     def stream(self, prompt_ids: list[int], params: SamplingParams | None = None, *, session: Session | None = None,
-               cancel: threading.Event | None = None,
-               use_draft: bool = True) -> Iterator[TokenEvent | GenerationResult]:
-        """Yield TokenEvents as tokens are committed, then one GenerationResult."""
+               cancel: threading.Event | None = None, use_draft: bool = True,
+               grammar: str | None = None) -> Iterator[TokenEvent | GenerationResult]:
+        """Yield TokenEvents as tokens are committed, then one GenerationResult.
+
+        grammar: an llguidance grammar (grammar.py) every committed token must follow, e.g. the tool-call grammar a
+        ChatFormat builds; with a drafter, each verified row is masked, so accepted drafts follow it too."""
         params = params or SamplingParams()
         session = session or self.new_session()
         with session.lock:
-            yield from self._stream(prompt_ids, params, session, cancel, use_draft)
+            yield from self._stream(prompt_ids, params, session, cancel, use_draft, grammar)
 
-    def _stream(self, prompt_ids, params, session, cancel, use_draft):
-        sampler = Sampler(params)
+    def _stream(self, prompt_ids, params, session, cancel, use_draft, grammar=None):
+        stops = set(self.tok.eog_ids) | set(params.stop_token_ids)
+        constraint = None
+        if grammar is not None:
+            from .grammar import make_constraint  # lazy: llguidance only for constrained generations
+            constraint = make_constraint(self.tok, grammar, stops)
+        sampler = Sampler(params, constraint)
         decoder: Decoder
         if use_draft and self.draft is not None:
             decoder = self.draft.decoder(self, session, sampler)
         else:
             decoder = PlainDecoder(self, session, sampler)
         t = Timings(load_s=self.load_s, prompt_tokens=len(prompt_ids))
-        stops = set(self.tok.eog_ids) | set(params.stop_token_ids)
         text_out = _StopStringFilter(params.stop)
         detok = StreamDecoder(self.tok, skip_special=True)
         completion: list[int] = []
@@ -280,7 +288,8 @@ class Engine:
         tail += text_out.flush() if finish != "stop" else ""
         if tail:
             yield TokenEvent(-1, tail)
-        yield GenerationResult(list(prompt_ids), completion, text_out.text, finish, t, decoder.stats())
+        yield GenerationResult(list(prompt_ids), completion, text_out.text, finish, t, decoder.stats(),
+                               constraint.stats() if constraint is not None else None)
 
     def generate(self, prompt_ids: list[int], params: SamplingParams | None = None, **kw) -> GenerationResult:
         for ev in self.stream(prompt_ids, params, **kw):

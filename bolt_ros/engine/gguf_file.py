@@ -208,6 +208,10 @@ class StringArray(Sequence):
     def byte_lengths(self) -> np.ndarray:
         return np.diff(np.frombuffer(self._offsets, np.int64))
 
+    def buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(blob as uint8, offsets as int64: item i is blob[offsets[i]:offsets[i + 1]]) for vectorized checks."""
+        return np.frombuffer(self._blob, np.uint8), np.frombuffer(self._offsets, np.int64)
+
     def raw(self, i: int) -> bytes:
         """The stored bytes of item i (0 <= i < len)."""
         return self._blob[self._offsets[i]:self._offsets[i + 1]]

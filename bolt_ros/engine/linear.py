@@ -345,6 +345,8 @@ class QuantLinear(nn.Module):
         dot products with their GGUF rows (a few rows dequantized: well under a millisecond)."""
         near = y >= y.amax(-1, keepdim=True) - HEAD_MARGIN  # [T, V]
         rows, cols = near.nonzero(as_tuple=True)
+        if not cols.numel():  # all-NaN rows (weights that overflow fp32) have no candidate: nothing to refine
+            return y
         if cols.numel() > HEAD_MAX_CANDIDATES * y.shape[0]:  # a flat distribution: the best ones are enough
             cols = y.topk(HEAD_MAX_CANDIDATES, dim=-1).indices.reshape(-1)
             rows = torch.arange(y.shape[0]).repeat_interleave(HEAD_MAX_CANDIDATES)

@@ -1,7 +1,8 @@
-"""One readable transformer for llama, Gemma 3 and Gemma 4 GGUF models (batch of one sequence).
+"""One readable transformer for llama, Qwen2, Gemma 3 and Gemma 4 GGUF models (batch of one sequence).
 
 Differences between the architectures are data in ModelConfig (per-layer head dims, rope bases, sliding windows, KV
-sharing, norm placement, scales), not separate model classes. Shapes: T = tokens in this step, S = cache slots.
+sharing, norm placement, scales, projection biases), not separate model classes. Shapes: T = tokens in this step,
+S = cache slots.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .device import kernel_attention, kernel_block, kernel_head, spans
+from .gguf_file import GGUFError
 from .kv_cache import KVCache
 from .linear import QuantLinear
 from .weights import WeightStore
@@ -94,6 +96,13 @@ class Block(nn.Module):
             self.k_norm = w.vector(p + "attn_k_norm.weight") if cfg.qk_norm else None
         else:
             self.wqkv = _Split([wq])
+        # Qwen2: Q/K/V biases, concatenated in wqkv's output order ([nq (+ 2 * nkv)]) and added after the matmul,
+        # so the fused packed matmul stays bias-free
+        parts = ("q", "k", "v") if self.owns_kv else ("q",)
+        self.qkv_bias = torch.cat([w.vector(f"{p}attn_{n}.bias") for n in parts]) if cfg.attn_bias else None
+        width = self.n_head * self.hd + (2 * self.n_kv * self.hd if self.owns_kv else 0)
+        if self.qkv_bias is not None and self.qkv_bias.shape[0] != width:
+            raise GGUFError(f"{p}attn_q/k/v biases have {self.qkv_bias.shape[0]} values for {width} outputs")
         self.q_norm = w.vector(p + "attn_q_norm.weight") if cfg.qk_norm else None
         self.wo = w.linear(p + "attn_output.weight")
         self.ffn_norm = w.vector(p + "ffn_norm.weight")
@@ -118,6 +127,8 @@ class Block(nn.Module):
         cfg, T = self.cfg, x.shape[0]
         nq, nkv = self.n_head * self.hd, self.n_kv * self.hd
         qkv = self.wqkv(x)  # [T, nq (+ 2 * nkv)]
+        if self.qkv_bias is not None:
+            qkv = qkv + self.qkv_bias
         q = qkv[:, :nq].reshape(T, self.n_head, self.hd).transpose(0, 1)  # [n_head, T, hd]
         if self.q_norm is not None:
             q = rms_norm(q, self.q_norm, cfg.rms_eps)

@@ -2,6 +2,14 @@
 
 Plain decoding and DFlash verification both call `distribution()`, so a speculative run samples every committed token
 from exactly the distribution a plain run would use at that position.
+
+With a grammar (`constraint`, see grammar.py) that distribution is the one of the masked logits (forbidden tokens at
+-inf). Computing a mask costs far more than checking one token, so `sample` first tries the unmasked choice and
+masks only when the grammar rejects it. That is exact, not an approximation: for greedy decoding the unmasked argmax,
+when allowed, is the masked argmax; for plain temperature sampling, accepting an allowed draw and otherwise drawing
+from the masked distribution gives each allowed token p(t) + (1 - Z) p(t) / Z = p(t) / Z (Z = the allowed mass).
+top-k/top-p/min-p cut the distribution before renormalising, so there the mask comes first, except when the grammar
+allows all top-k tokens (then masking changes nothing).
 """
 from __future__ import annotations
 
@@ -62,10 +70,14 @@ def distribution(logits: torch.Tensor, params: SamplingParams, recent: list[int]
 
 
 class Sampler:
-    """Draws tokens with its own seeded generator (reproducible per request, independent of other threads)."""
+    """Draws tokens with its own seeded generator (reproducible per request, independent of other threads).
 
-    def __init__(self, params: SamplingParams):
+    constraint: a grammar.Constraint; every token `sample` returns is then allowed by it and committed to it (the
+    decoders commit every sampled token; `rollback_to` undoes the ones a decoder drops)."""
+
+    def __init__(self, params: SamplingParams, constraint=None):
         self.params = params
+        self.constraint = constraint
         self.gen = torch.Generator()
         self.gen.manual_seed(params.seed if params.seed is not None else torch.seed() & 0xFFFFFFFF)
 
@@ -73,13 +85,56 @@ class Sampler:
         return distribution(logits, self.params, recent)
 
     def sample(self, logits: torch.Tensor, recent: list[int]) -> int:
+        c = self.constraint
+        if c is None:
+            return self._sample(logits, recent)
+        tok = self._sample_constrained(logits, recent, c) if c.active else self._sample(logits, recent)
+        c.consume(tok)
+        return tok
+
+    def rollback_to(self, n_tokens: int) -> None:
+        """The decoder kept only the first n_tokens sampled tokens of this generation."""
+        if self.constraint is not None:
+            self.constraint.rollback_to(n_tokens)
+
+    def _sample(self, logits: torch.Tensor, recent: list[int]) -> int:
         if self.params.greedy:  # skip building a one-hot distribution on the hot path
-            return int(apply_penalty(logits, recent[-self.params.penalty_last_n:] if self.params.penalty_last_n
-                                     else [], self.params.repetition_penalty).argmax())
+            return int(self._penalized(logits, recent).argmax())
         return self.draw(self.distribution(logits, recent))
 
+    def _penalized(self, logits: torch.Tensor, recent: list[int]) -> torch.Tensor:
+        p = self.params
+        return apply_penalty(logits, recent[-p.penalty_last_n:] if p.penalty_last_n else [], p.repetition_penalty)
+
+    def _sample_constrained(self, logits: torch.Tensor, recent: list[int], c) -> int:
+        p = self.params
+        if p.greedy:
+            logits = self._penalized(logits, recent)
+            tok = int(logits.argmax())
+            return tok if c.allows(tok) else int(c.mask(logits).argmax())
+        if not (p.top_k or p.top_p < 1.0 or p.min_p > 0.0):
+            tok = self.draw(self.distribution(logits, recent))
+            if c.allows(tok):
+                return tok
+        elif p.top_k and p.top_k < logits.shape[-1]:
+            # top-k keeps the same logits whether or not the rest is masked, so if the grammar allows all of them,
+            # the masked distribution is the unmasked one (ties at the k-th value included, as distribution() does)
+            scores = self._penalized(logits, recent)
+            kept = (scores >= torch.topk(scores, p.top_k).values[-1]).nonzero().flatten().tolist()
+            if all(c.allows(t) for t in kept):
+                return self.draw(self.distribution(logits, recent))
+        return self.draw(self.distribution(c.mask(logits), recent))
+
     def draw(self, probs: torch.Tensor) -> int:
-        return int(torch.multinomial(probs, 1, generator=self.gen))
+        """One token by inverting the cumulative distribution (torch.multinomial takes 1.2 ms for a 49k vocabulary
+        and 6 ms for 262k; this ~0.1-0.5 ms). Zero-probability tokens are never drawn: `right=True` skips the flat
+        stretches of the CDF they leave."""
+        cdf = probs.float().cumsum(-1)
+        x = float(torch.rand((), generator=self.gen, dtype=torch.float64)) * float(cdf[-1])
+        i = int(torch.searchsorted(cdf, torch.tensor([x], dtype=cdf.dtype, device=cdf.device), right=True))
+        if i >= len(cdf) or probs[i] <= 0:  # x rounded up to the total: the last token with mass
+            i = int(torch.nonzero(probs > 0)[-1])
+        return i
 
     def uniform(self) -> float:
         return float(torch.rand((), generator=self.gen))

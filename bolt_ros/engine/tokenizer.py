@@ -1,5 +1,5 @@
-"""Tokenizers built from GGUF metadata alone: SentencePiece-with-scores (`llama`), GPT-2 byte-level BPE (`gpt2`) and
-Gemma 4's SentencePiece-style BPE (`gemma4`).
+"""Tokenizers built from GGUF metadata alone: SentencePiece-with-scores (`llama`), GPT-2 byte-level BPE (`gpt2`, with
+the GPT-2, digits+GPT-2 (SmolLM) and Qwen2 pre-tokenizers) and Gemma 4's SentencePiece-style BPE (`gemma4`).
 
 Both follow llama.cpp's `llama-vocab.cpp` so that ids match it exactly:
 
@@ -14,7 +14,8 @@ Both follow llama.cpp's `llama-vocab.cpp` so that ids match it exactly:
    - Gemma 4 BPE: spaces become U+2581, the text is split only at newline runs, characters (raw UTF-8) are merged by
      rank and leftovers fall back to <0xNN> byte tokens. (Rules from llama.cpp; no Gemma 4 GGUF fixture yet.)
 
-Prompt-injection safety: a CONTROL token is never produced from text encoded with `parse_special=False`, not even
+Prompt-injection safety: a CONTROL token, or a markup-shaped USER_DEFINED one (tool-call tags: `_structural`), is never
+produced from text encoded with `parse_special=False`, not even
 by merging (CONTROL tokens are left out of the plain-text vocabulary; llama.cpp's merges could in principle reach
 one, but for no control token of either real vocabulary do they). Chat formats mark only their own template text as
 trusted (`Segment.trusted`); message contents are encoded as plain text.
@@ -111,6 +112,17 @@ def _pre_regexes(kind: str) -> tuple[re.Pattern, ...]:
         return (gpt2,)
     if kind == "digits+gpt2":  # every digit is its own word first (\p{N}), then GPT-2 on the rest
         return re.compile(rf"[{N}]"), gpt2
+    if kind == "qwen2":
+        # llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN2 list: tokenizer.json's llama3-style regex with single digits,
+        #   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+
+        #   |\s+(?!\S)|\s+
+        # with (?i:...) spelled as ASCII case pairs, as llama.cpp does ('[sS] etc.: no Unicode case folding, so
+        # "'\u017fx" is one word here, not "'\u017f" + "x"). llama.cpp has no hand-written splitter for it: its
+        # std::regex runs over text where each non-ASCII code point stands for its class (letter, number,
+        # whitespace, other), which is what these classes, built from the same categories, give.
+        return (re.compile(
+            rf"'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]|[^\r\n{L}{N}]?[{L}]+|[{N}]"
+            rf"| ?[^{S}{L}{N}]+[\r\n]*|[{S}]*[\r\n]+|[{S}]+(?![^{S}])|[{S}]+"),)
     raise ValueError(kind)
 
 
@@ -121,6 +133,8 @@ _BPE_PRE = {
     **dict.fromkeys(("gpt-2", "gpt2", "mpt", "olmo", "jais", "trillion", "granite-docling"), "gpt2"),
     **dict.fromkeys(("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva", "mellum2"),
                     "digits+gpt2"),
+    # llama.cpp's QWEN2 pre-type names, and stablelm2, whose regex list is the same
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "kormo", "stablelm2"), "qwen2"),
 }
 
 
@@ -189,6 +203,19 @@ def _byte_to_unicode() -> tuple[str, ...]:
     return tuple(table[b] for b in range(256))
 
 
+_MARKUP = re.compile(r"<[^\s<>]{1,48}>")
+
+
+def _structural(text: str) -> bool:
+    """A USER_DEFINED token that can carry structure: markup-shaped (`<tool_call>`, `</tool_call>`, Gemma 4's
+    `<|tool_call>`, `<|"|>`, `<|channel>`, HTML tags). Converters type tool-call tags USER_DEFINED (llama.cpp's for
+    Gemma 4 and Qwen do), and llama.cpp matches USER_DEFINED tokens even in untrusted text: a user who types
+    `<tool_call>` would hand the model the real token. So they match only in trusted (template) text, whatever the
+    typing; a user's "<b>" is spelled out. USER_DEFINED whitespace runs and newlines (Gemma's) carry no structure and
+    still match anywhere, as in llama.cpp, so ordinary text tokenizes as the model was trained."""
+    return _MARKUP.fullmatch(text) is not None
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Tokenizer
 # ---------------------------------------------------------------------------------------------------------------------
@@ -231,8 +258,13 @@ class Tokenizer:
         self.control_ids: frozenset[int] = self._control  # CONTROL and UNKNOWN tokens: never produced from plain text
         special = np.flatnonzero(np.isin(types, (CONTROL, UNKNOWN, USER_DEFINED))).tolist()
         special.sort(key=lambda i: (-len(tokens[i].encode()), i))  # llama.cpp: longest (in bytes) first
+        user_defined = [i for i in special if types[i] == USER_DEFINED]
+        # structural USER_DEFINED tokens match only in trusted text, like CONTROL ones (see _structural)
+        self.structural_ids: frozenset[int] = frozenset(
+            i for i in user_defined if _structural(tokens[i]))
+        self._trusted_only = self._control | self.structural_ids
         self._specials_all = [(tokens[i], i) for i in special]
-        self._specials_plain = [(tokens[i], i) for i in special if i not in self._control]
+        self._specials_plain = [(tokens[i], i) for i in special if i not in self._trusted_only]
 
         unknown_byte = unk_id if model == "llama" else None  # SPM falls back to <unk>, BPE drops the byte
         self._byte_ids = [self._vocab.get(f"<0x{b:02X}>", unknown_byte) for b in range(256)]
@@ -328,7 +360,7 @@ class Tokenizer:
     def _plain_id(self, text: str) -> int | None:
         """The id of a token plain text may produce (not CONTROL/UNKNOWN: prompt-injection safety), or None."""
         i = self._vocab.get(text)
-        return None if i is None or i in self._control else i
+        return None if i is None or i in self._trusted_only else i
 
     def token_id(self, text: str) -> int | None:
         """Exact vocabulary lookup, e.g. token_id("<end_of_turn>")."""
@@ -402,11 +434,12 @@ class Tokenizer:
 
     def _partition(self, text: str, trusted: list[tuple[int, int]]) -> list[str | int]:
         """Split text at special tokens, longest token first (llama.cpp's tokenizer_st_partition). USER_DEFINED
-        tokens match anywhere; CONTROL/UNKNOWN tokens only where they lie wholly inside a trusted range."""
+        tokens match anywhere; CONTROL/UNKNOWN and structural tokens only where they lie wholly inside a trusted
+        range."""
         if not text:
             return []
         trusted_text = "\x00".join(text[a:b] for a, b in trusted)
-        control = self._control
+        control = self._trusted_only
         pieces: list[tuple[int, int] | int] = [(0, len(text))]
         for tok, tid in self._specials_all if trusted else self._specials_plain:
             is_control = tid in control

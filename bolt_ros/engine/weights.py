@@ -17,6 +17,7 @@ from .device import kernels_on, weight_policy
 from .gguf_file import GGUFError, GGUFFile, torch_shape
 from .linear import QuantEmbedding, QuantLinear
 from .quants import dequantize
+from .validate import has_nonfinite
 
 Policy = Literal["fast", "exact", "gguf"]
 
@@ -42,22 +43,45 @@ class WeightStore:
             self.bar.update()
         return self.gf.info(name)
 
-    def vector(self, name: str) -> torch.Tensor:
+    def _built(self, name: str, build):
+        """build(info), with a ValueError of the dequantizers/packers (type, byte count, shape rules) as a GGUFError
+        naming the file and the tensor. config_from_gguf has checked every tensor against the config already
+        (validate.check_model_tensors); this keeps a tensor read outside that plan just as clear."""
         info = self._info(name)
-        t = dequantize(self.gf.raw(name), info.ggml_type, torch_shape(info))
-        if not torch.isfinite(t).all():
-            raise GGUFError(f"tensor {name!r} has non-finite values")
-        return t.reshape(-1).to(self.device)
+        try:
+            return build(info)
+        except GGUFError:
+            raise
+        except ValueError as e:
+            raise GGUFError(f"{self.gf.path.name}: tensor {name!r}: {e}") from None
+
+    def vector(self, name: str) -> torch.Tensor:
+        def build(info):
+            t = dequantize(self.gf.raw(name), info.ggml_type, torch_shape(info))
+            if not torch.isfinite(t).all():
+                raise GGUFError(f"{self.gf.path.name}: tensor {name!r} has non-finite values")
+            return t.reshape(-1).to(self.device)
+        return self._built(name, build)
 
     def linear(self, name: str, role: str = "matrix") -> QuantLinear:
-        info = self._info(name)
-        if len(info.shape) != 2:
-            raise GGUFError(f"tensor {name!r} should be 2-D, has shape {info.shape}")
-        return QuantLinear(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info),
-                           policy=self.policy, role=role).to(self.device)
+        def build(info):
+            self._two_d(name, info)
+            self._finite(name, info)
+            return QuantLinear(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info),
+                               policy=self.policy, role=role).to(self.device)
+        return self._built(name, build)
 
     def embedding(self, name: str) -> QuantEmbedding:
-        info = self._info(name)
+        def build(info):
+            self._two_d(name, info)
+            self._finite(name, info)
+            return QuantEmbedding(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info)).to(self.device)
+        return self._built(name, build)
+
+    def _two_d(self, name: str, info) -> None:
         if len(info.shape) != 2:
-            raise GGUFError(f"tensor {name!r} should be 2-D, has shape {info.shape}")
-        return QuantEmbedding(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info)).to(self.device)
+            raise GGUFError(f"{self.gf.path.name}: tensor {name!r} should be 2-D, has shape {info.shape}")
+
+    def _finite(self, name: str, info) -> None:
+        if has_nonfinite(self.gf.raw(name), info.ggml_type):
+            raise GGUFError(f"{self.gf.path.name}: tensor {name!r} has non-finite values (or scales)")

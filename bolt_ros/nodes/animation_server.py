@@ -23,6 +23,7 @@ class AnimationServerConfig(BaseModel):
     action_name: str = "play_animation"
     list_service: str = "list_animations"
     feedback_rate_hz: float = Field(10.0, gt=0.0, le=100.0)
+    max_queued_goals: int = Field(8, ge=0)  # goals waiting behind the running one; more are rejected (logged why)
 
 
 class AnimationServer(Node):
@@ -39,7 +40,7 @@ class AnimationServer(Node):
         group = ReentrantCallbackGroup()
         self._server = ActionServer(
             self, PlayAnimation, self.config.action_name, execute_callback=self._execute,
-            goal_callback=lambda _req: GoalResponse.ACCEPT, handle_accepted_callback=self._on_accepted,
+            goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
             cancel_callback=self._on_cancel, result_timeout=ACTION_RESULT_TIMEOUT_S, callback_group=group)
         self._service = self.create_service(ListAnimations, self.config.list_service, self._list, callback_group=group)
         self.get_logger().info(f"{len(self._durations)} animations: {', '.join(self._durations)}")
@@ -52,6 +53,17 @@ class AnimationServer(Node):
         super().destroy_node()
 
     # --- queue: one goal runs, the others wait their turn in arrival order (ros2/examples server_queue_goals) ---
+    def _on_goal(self, request) -> GoalResponse:
+        """Bounded queue: a goal that would wait behind max_queued_goals others is rejected (an action goal
+        response carries no reason, so the reason goes to the log; the tool router tells the model)."""
+        with self._lock:
+            waiting = len(self._queue)
+        if waiting >= self.config.max_queued_goals:
+            self.get_logger().warning(f"rejected animation {request.name!r}: the queue is full "
+                                      f"({waiting} goals waiting, max_queued_goals={self.config.max_queued_goals})")
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
     def _on_accepted(self, goal_handle: ServerGoalHandle) -> None:
         with self._lock:
             start = self._running is None

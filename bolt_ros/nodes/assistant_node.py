@@ -84,7 +84,7 @@ class AssistantNode(Node):
         self.create_subscription(String, topics.transcript, self._on_transcript, 10, callback_group=group)
         self.create_subscription(Caption, topics.caption, self._on_caption, 50, callback_group=group)
         self._server = ActionServer(self, Converse, topics.converse, execute_callback=self._execute,
-                                    goal_callback=lambda _g: GoalResponse.ACCEPT, cancel_callback=self._on_cancel,
+                                    goal_callback=self._on_goal, cancel_callback=self._on_cancel,
                                     result_timeout=ACTION_RESULT_TIMEOUT_S,
                                     callback_group=group)
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -137,8 +137,31 @@ class AssistantNode(Node):
         with self._scene_lock:
             self.scene.add(msg.text, source=msg.source)
 
+    def _waiting(self) -> int:
+        with self._lock:
+            return sum(1 for j in self._pending if not j.done.is_set())
+
+    def _queue_full(self) -> bool:
+        """Without barge-in turns wait their turn: at most max_queued_turns of them (with it, a new turn
+        interrupts the waiting ones, so the queue never grows)."""
+        return not self.config.barge_in and self._waiting() >= self.config.max_queued_turns
+
+    def _on_goal(self, _request) -> GoalResponse:
+        if self._queue_full():
+            self.get_logger().warning(f"rejected a converse goal: {self._waiting()} turns are waiting "
+                                      f"(max_queued_turns={self.config.max_queued_turns})")
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
     def submit(self, job: Job) -> Job:
-        """Queue a turn; with barge-in on, whatever is running or waiting is interrupted first."""
+        """Queue a turn; with barge-in on, whatever is running or waiting is interrupted first. A full queue
+        refuses the turn (its result says why) instead of growing."""
+        if self._queue_full():
+            why = f"busy: {self._waiting()} turns are waiting (max_queued_turns={self.config.max_queued_turns})"
+            self.get_logger().warning(f"dropped the utterance {job.utterance[:40]!r}: {why}")
+            job.result = TurnResult(error=why)
+            job.complete()
+            return job
         stop_motion = self.config.barge_in and self.config.barge_in_stops_motion
         goals = self.router.cancellable_goals() if stop_motion else []  # taken before the new turn can add any
         if self.config.barge_in:
@@ -222,7 +245,7 @@ class AssistantNode(Node):
         with self._scene_lock:
             scene = self.scene.render()
         loop = ToolLoop(self.backend, self.router.call, lambda ev: self._emit(job, ev),
-                        max_tool_rounds=cfg.max_tool_rounds)
+                        max_tool_rounds=cfg.max_tool_rounds, max_sentences=cfg.max_sentences)
         user_msg = conv.user_message(job.utterance, scene)
         res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
                        cancel=job.cancel, t0=job.t_received)

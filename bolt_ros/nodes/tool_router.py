@@ -128,7 +128,8 @@ class ToolRouter:
             _cancel_by_id(client, goal_id, self._types[spec.name])
             raise
         if not handle.accepted:
-            raise ToolError(f"{spec.target} rejected the goal {json.dumps(fields)}")
+            raise ToolError(f"{spec.target} rejected the goal {json.dumps(fields)} (the server is busy or refuses it: "
+                            f"try again later)")
         seen = time.perf_counter()
         self.accept_seen_latency_ms.append((seen - t0) * 1e3)
         # the server's acceptance stamp (its clock: system time, unless the robot runs on sim time)

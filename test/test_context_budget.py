@@ -1,0 +1,44 @@
+"""A conversation that talks past the context window on the real engine (SmolLM2, n_ctx 384): the oldest turns are
+dropped so every prompt fits with room for the reply; without the budget the same history fails the turn."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bolt_ros.assistant.config import BackendConfig
+from bolt_ros.assistant.conversation import Conversation
+from bolt_ros.assistant.embedded import EmbeddedBackend
+from bolt_ros.assistant.tool_loop import ToolLoop
+
+N_CTX, MAX_TOKENS = 384, 24
+STORY = ("My robot friend, let me tell you about my day: I walked along the river, watched the boats and the ducks, "
+         "bought bread at the bakery on the corner and then read a book about the history of clocks. ")
+
+
+@pytest.fixture(scope="module")
+def backend() -> EmbeddedBackend:
+    return EmbeddedBackend.from_config(BackendConfig(model_path="smollm2", n_ctx=N_CTX, max_tokens=MAX_TOKENS,
+                                                     temperature=0.0, seed=0))
+
+
+def test_talking_past_the_window_drops_the_oldest_turns(backend):
+    loop = ToolLoop(backend, lambda call, cancel: None, lambda ev: None, max_tool_rounds=0)
+    conv = Conversation("You are a friendly robot. Answer in one short sentence.", max_messages=100)
+    budget = backend.context_budget
+    assert budget == N_CTX - MAX_TOKENS - 1
+    dropped = False
+    for i in range(7):
+        before = len(conv.history)
+        res = loop.run(conv, conv.user_message(f"({i}) {STORY}"), [], enable_thinking=False,
+                       cancel=threading.Event())
+        assert res.error == "" and res.text, f"turn {i}: {res.error}"
+        assert res.stats["prompt_tokens"] <= budget, (i, res.stats["prompt_tokens"])
+        dropped |= len(conv.history) < before  # a turn left the window
+        conv.commit(res.messages)
+    assert dropped and conv.history[0]["content"].startswith("(") and not conv.history[0]["content"].startswith("(0)")
+    # negative control: the whole history no longer fits, so without the budget the turn would fail
+    conv.history = [*conv.history, {"role": "user", "content": STORY * 3}, {"role": "assistant", "content": "ok"}]
+    with pytest.raises(ValueError, match="does not fit"):
+        list(backend.stream_chat(conv.messages([conv.user_message(STORY)]), [], enable_thinking=False,
+                                 cancel=threading.Event()))
