@@ -171,7 +171,8 @@ def test_tool_loop_runs_tools_and_feeds_results_back_to_the_model():
 
 
 def test_tool_rounds_are_bounded_and_the_last_call_gets_no_tools():
-    backend = ScriptedBackend(lambda msgs: [{"tool_call": {"name": "move_head", "arguments": {"yaw": 1}}}])
+    # a new call each time (a repeated one would end the turn: see the repeated-call test)
+    backend = ScriptedBackend(lambda msgs: [{"tool_call": {"name": "move_head", "arguments": {"yaw": len(msgs)}}}])
     loop, _, calls = _loop(backend, rounds=2)
     conv = Conversation("sys")
     res = loop.run(conv, conv.user_message("go"), [MOVE_HEAD.model_dump()], enable_thinking=False,
@@ -212,6 +213,8 @@ def test_cancel_stops_generation_between_tokens_and_the_fragment_is_not_spoken()
     assert res.cancelled and at_cancel
     assert sum(e.kind == "text" for e in events[at_cancel[0]:]) <= 1  # stopped between tokens, not at the end
     assert [e.text for e in events if e.kind == "sentence"] == ["One."]
+    # the history keeps what was spoken, not the interrupted fragment ("One. word word ...")
+    assert res.messages[-1] == {"role": "assistant", "content": "One."} and res.text == "One."
 
 
 def test_engine_failure_is_an_error_event_not_an_exception():
@@ -326,3 +329,25 @@ def test_expanded_tools_are_offered_by_name_and_resolve_to_their_tool():
         reg.resolve(ToolCallRequest("c", "look_left", {"speed": 2}))
     with pytest.raises(ValueError, match="string enum"):
         ToolSpec.model_validate({**MOVE_HEAD.model_dump(), "expand": {"parameter": "yaw"}})
+
+
+def test_a_repeated_call_ends_the_turn_and_a_call_written_as_text_is_not_spoken():
+    dance = {"tool_call": {"name": "play_animation", "arguments": {"name": "dance"}}}
+    backend = ScriptedBackend([{"match": "dance", "reply": [dance], "after_tool": [dance]}])
+    loop, events, calls = _loop(backend)
+    conv = Conversation("sys")
+    res = loop.run(conv, conv.user_message("dance for me"), [PLAY.model_dump()], enable_thinking=False,
+                   cancel=threading.Event())
+    assert [c.name for c in calls] == ["play_animation"] and res.stopped == "repeated tool call"
+    assert len(backend.requests) == 2 and [e.kind for e in events].count("tool_call") == 1
+    # negative control: a different call after the result does run
+    nod = {"tool_call": {"name": "play_animation", "arguments": {"name": "nod"}}}
+    loop2, _, calls2 = _loop(ScriptedBackend([{"match": "dance", "reply": [dance], "after_tool": [nod]}]), rounds=2)
+    loop2.run(conv, conv.user_message("dance for me"), [PLAY.model_dump()], enable_thinking=False,
+              cancel=threading.Event())
+    assert [c.arguments["name"] for c in calls2] == ["dance", "nod"]
+    # the last round offers no tools; a model that still writes a call as text is not spoken
+    as_text = [{"match": ".", "reply": [{"text": '{"name": "dance", "arguments": {}}'}]}]
+    loop3, events3, _ = _loop(ScriptedBackend(as_text))
+    res3 = loop3.run(conv, conv.user_message("x"), [], enable_thinking=False, cancel=threading.Event())
+    assert [e for e in events3 if e.kind == "sentence"] == [] and res3.stopped == "tool call as text"

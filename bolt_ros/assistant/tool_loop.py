@@ -1,10 +1,12 @@
 """One assistant turn: model call -> tool calls -> results back to the model -> ... -> final reply.
 
 Bounded: at most `max_tool_rounds` model calls may use tools; the call after that is offered no tools, so the
-model has to answer in words. Spoken replies end: after `max_sentences` complete sentences in a turn, or at the first
-sentence that repeats one already spoken in it (small models loop: "I can see it. I can see it. ..."), the model call
-is stopped (its stream closed) and the rest is never spoken. Cancellation (barge-in) is checked between streamed
-events and between tool calls.
+model has to answer in words. A call that repeats one already done in the turn (same name and arguments: small
+models do that after reading the result) ends the turn instead of running again, and a call written as text (a
+reply that opens with `{` or a call tag) is never spoken. Spoken replies end: after `max_sentences` complete
+sentences in a turn, or at the first sentence that repeats one already spoken in it (small models loop: "I can see
+it. I can see it. ..."), the model call is stopped (its stream closed) and the rest is never spoken. Cancellation
+(barge-in) is checked between streamed events and between tool calls.
 Everything the outside world needs (text, sentences for TTS, tool calls and results, state changes, errors) is
 reported through `emit` as it happens.
 """
@@ -114,6 +116,9 @@ class ToolLoop:
                     self.emit(LoopEvent("thought", ev.text))
                 elif isinstance(ev, ToolCallRequest):
                     res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
+                    if _already_done(ev, res):  # small models repeat a call after its result: the turn is done
+                        res.stopped = "repeated tool call"
+                        break
                     calls.append(ev)
                     self.emit(LoopEvent("tool_call", call=ev))
                 elif isinstance(ev, Finished):
@@ -126,7 +131,9 @@ class ToolLoop:
         if not res.cancelled and not res.stopped:  # an interrupted reply's last fragment is not spoken
             for s in splitter.flush():
                 self._speak(s, res)
-        if res.stopped:  # the history keeps what was said, not the loop that was cut off
+        if res.stopped or res.cancelled:
+            # the history keeps what was said, not the loop that was cut off nor the fragment a barge-in
+            # interrupted (a small model shown its own unfinished reply tends to repeat it in the next turn)
             text = [" ".join(s for s in res.spoken[n_spoken:])]
         reply = "".join(text)
         res.text += ("" if not res.text or not reply else " ") + reply.strip()
@@ -142,6 +149,9 @@ class ToolLoop:
     def _speak(self, sentence: str, res: TurnResult) -> bool:
         """Emit a sentence for speech unless it repeats one of this turn; False when the reply must stop here."""
         if res.stopped:
+            return False
+        if sentence.lstrip().startswith(("{", "<tool_call>", "<|tool_call>")):  # a call written as text: not speech
+            res.stopped = "tool call as text"
             return False
         if _norm(sentence) in {_norm(s) for s in res.spoken}:
             res.stopped = "repetition"
@@ -185,6 +195,16 @@ def _merge_stats(acc: dict, new: dict) -> None:
     new = {"prefill_tokens": new.get("prompt_tokens", 0), **new}  # a backend without prefix reuse runs it all
     for key in ("prompt_tokens", "prefill_tokens", "completion_tokens"):
         acc[key] = acc.get(key, 0) + int(new.get(key, 0))
+
+
+def _call_key(name: str, arguments) -> str:
+    return json.dumps([name, arguments], sort_keys=True)
+
+
+def _already_done(call: ToolCallRequest, res: TurnResult) -> bool:
+    """The same call (name and arguments) already succeeded in this turn."""
+    key = _call_key(call.name, call.arguments)
+    return any(r.ok and _call_key(c.name, c.arguments) == key for c, r in zip(res.tool_calls, res.tool_results))
 
 
 def _utf8_bound(messages: list[dict], tools: list[dict]) -> int:
