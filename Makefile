@@ -20,7 +20,8 @@ test: setup
 # The numeric tests under the BLAS code paths other CPUs get: MKL picks its kernels by CPU (AMD and Intel differ), and
 # MKL_CBWR makes this machine take another CPU's branch. Not part of `make test` (it runs those files 6 times).
 NUMERIC_TESTS := test/test_engine.py test/test_fidelity.py test/test_gemma4_model.py test/test_dflash.py \
-	test/test_linear.py test/test_quants.py test/test_kquant_pack.py test/test_kernels.py test/test_engine_triton.py
+	test/test_linear.py test/test_quants.py test/test_kquant_pack.py test/test_kernels.py test/test_engine_triton.py \
+	test/test_qwen2.py
 CPU_KINDS := unset COMPATIBLE SSE4_2 AVX2 AVX512 AVX512_E1
 test-cpu-kinds: setup
 	@$(ENV) && for kind in $(CPU_KINDS); do \

@@ -68,7 +68,8 @@ def test_default_chat_model_answers_through_the_graph(ros):
     wait_for(lambda: assistant.scene.items, what="caption in scene memory")
     client = ActionClient(probe.node, Converse, "converse")
     assert client.wait_for_server(timeout_sec=5.0)
-    handle = ros.result(client.send_goal_async(Converse.Goal(utterance="Hello! What is the capital of France?")))
+    question = "Hello! What is the capital of France? Tell me about it."  # asks for more than one sentence
+    handle = ros.result(client.send_goal_async(Converse.Goal(utterance=question)))
     res = ros.result(handle.get_result_async(), timeout=60, what="the converse result")
     r, s = res.result, res.result.stats
     assert res.status == GoalStatus.STATUS_SUCCEEDED and r.success and r.error == "" and r.text.strip()
@@ -86,7 +87,7 @@ def test_default_chat_model_answers_through_the_graph(ros):
     # the model saw the caption, and its reply is exactly the engine's greedy output for that prompt
     conv = assistant._conversations[""]
     user = conv.history[0]["content"]
-    assert "A person is in front of you, waving." in user and user.endswith("What is the capital of France?")
+    assert "A person is in front of you, waving." in user and user.endswith(question)
     engine, sampling = assistant.backend.engine, assistant.backend.sampling
     replay = list(engine.chat_session().stream(conv.messages()[:-1], tools=assistant.registry.openai_tools(),
                                                sampling=sampling))[-1]

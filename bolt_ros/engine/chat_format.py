@@ -83,6 +83,9 @@ class ChatFormat:
     stop_token_ids: set[int]
     stop_strings: list[str]
     supports_tools: bool = False
+    # markup the output parser reads from the model's own reply: decoded to text for it even where the file types
+    # the token CONTROL (the parser turns it into events; it never reaches speech)
+    output_markup: tuple[str, ...] = ()
 
     @classmethod
     def for_model(cls, gf: GGUFFile, tok: Tokenizer) -> ChatFormat:

@@ -562,6 +562,7 @@ class Gemma4ChatFormat(ChatFormat):
     """ChatFormat for `gemma4` GGUFs (Gemma 4, Nemotron Bolt E4B)."""
 
     supports_tools = True
+    output_markup = (CHANNEL_OPEN, CHANNEL_CLOSE, CALL_OPEN, CALL_CLOSE, '<|"|>')
 
     def __init__(self, tok=None):
         self.tok = tok

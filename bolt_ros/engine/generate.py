@@ -23,7 +23,7 @@ from .default_models import resolve_model
 from .device import graph_decoder
 from .gguf_file import GGUFFile
 from .kv_cache import KVCache
-from .model import Transformer
+from .model import Interrupted, Transformer
 from .sampling import Sampler, SamplingParams
 from .tokenizer import StreamDecoder, Tokenizer
 from .weights import WeightStore
@@ -88,6 +88,7 @@ class Session:
         self.tokens: list[int] = []
         self.last_prefill = 0  # tokens the last prefill actually ran
         self.lock = threading.Lock()  # one generation at a time per session
+        self.cancel: threading.Event | None = None  # set by stream(): a long prefill stops between layers
 
     def truncate(self, n: int) -> None:
         self.cache.truncate(n)
@@ -191,11 +192,13 @@ class Engine:
             return out
         out = []
         step = session.cache.max_step
+        stop = session.cancel.is_set if session.cancel is not None else None
         for i in range(0, len(ids), step):
             chunk = ids[i:i + step]
             last = i + step >= len(ids)
             mode = logits if last or logits == "all" else None
-            res = self.model(torch.tensor(chunk, dtype=torch.long), session.cache, logits=mode, capture=capture)
+            res = self.model(torch.tensor(chunk, dtype=torch.long), session.cache, logits=mode, capture=capture,
+                             stop=stop)
             session.tokens.extend(chunk)
             if on_chunk is not None:
                 on_chunk(res.hidden, chunk)
@@ -227,7 +230,11 @@ class Engine:
         params = params or SamplingParams()
         session = session or self.new_session()
         with session.lock:
-            yield from self._stream(prompt_ids, params, session, cancel, use_draft, grammar)
+            session.cancel = cancel
+            try:
+                yield from self._stream(prompt_ids, params, session, cancel, use_draft, grammar)
+            finally:
+                session.cancel = None
 
     def _stream(self, prompt_ids, params, session, cancel, use_draft, grammar=None):
         stops = set(self.tok.eog_ids) | set(params.stop_token_ids)
@@ -243,11 +250,17 @@ class Engine:
             decoder = PlainDecoder(self, session, sampler)
         t = Timings(load_s=self.load_s, prompt_tokens=len(prompt_ids))
         text_out = _StopStringFilter(params.stop)
-        detok = StreamDecoder(self.tok, skip_special=True)
+        markup = (self.tok.token_id(m) for m in self.chat_format.output_markup)
+        detok = StreamDecoder(self.tok, skip_special=True, keep=[i for i in markup if i is not None])
         completion: list[int] = []
         recent = list(prompt_ids)
         t0 = time.perf_counter()
-        decoder.prefill(prompt_ids)
+        try:
+            decoder.prefill(prompt_ids)
+        except Interrupted:  # cancelled mid-prefill: the session keeps the chunks it committed (prefix reuse)
+            t.prefill_s = time.perf_counter() - t0
+            yield GenerationResult(list(prompt_ids), [], "", "cancelled", t, None, None)
+            return
         t.prefill_tokens = session.last_prefill
         t.prefill_s = time.perf_counter() - t0
         finish = "length"

@@ -70,6 +70,7 @@ class JinjaChatFormat(ChatFormat):
         self.source = template
         self.tok = tok
         self.supports_tools = "tools" in template
+        self.output_markup = ("<tool_call>", "</tool_call>") if self.supports_tools else ()
         self.stop_strings = []
         self.stop_token_ids = set(tok.eog_ids) if tok is not None else set()
         self._bos = tok.token_text(tok.bos_id) if tok is not None and tok.bos_id is not None else ""

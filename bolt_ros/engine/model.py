@@ -7,6 +7,7 @@ S = cache slots.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,10 @@ from .gguf_file import GGUFError
 from .kv_cache import KVCache
 from .linear import QuantLinear
 from .weights import WeightStore
+
+
+class Interrupted(Exception):
+    """A forward step abandoned because its `stop` callback said so (a barge-in during a long prefill)."""
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -225,11 +230,15 @@ class Transformer(nn.Module):
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, cache: KVCache, *, logits: str | None = "last",
-                capture: tuple[int, ...] = (), embeddings: torch.Tensor | None = None) -> ForwardOut:
+                capture: tuple[int, ...] = (), embeddings: torch.Tensor | None = None,
+                stop: Callable[[], bool] | None = None) -> ForwardOut:
         """Run T new tokens at positions cache.n_past.. and commit them to the cache.
 
         logits: "last" (next-token logits of the last position), "all" (every position) or None.
         capture: layer indices whose *input* residual stream to return (DFlash features; n_layer = final stream).
+        stop: checked before every layer; when it returns True the step is abandoned with `Interrupted` and nothing
+        is committed (cache.n_past unchanged; the slots written are beyond it, and a sliding ring holds window +
+        max_step slots, so no key a later query needs was overwritten).
         """
         cfg, T = self.cfg, tokens.shape[0]
         if T == 0:
@@ -247,6 +256,8 @@ class Transformer(nn.Module):
         hidden: dict[int, torch.Tensor] = {}
         h = e
         for il, block in enumerate(self.blocks):
+            if stop is not None and stop():
+                raise Interrupted(f"forward step stopped before layer {il}")
             if il == self.first_shared and logits != "all" and not any(c >= il for c in capture):
                 # KV-shared layers write no cache: only rows that feed the logits still matter (as in HF)
                 if logits is None:

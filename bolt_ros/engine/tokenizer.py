@@ -551,13 +551,14 @@ class StreamDecoder:
     """Turns a stream of token ids into text deltas that never split a UTF-8 character (byte-fallback tokens and
     GPT-2 byte tokens may each carry part of one)."""
 
-    def __init__(self, tok: Tokenizer, *, skip_special: bool = False):
+    def __init__(self, tok: Tokenizer, *, skip_special: bool = False, keep: Iterable[int] = ()):
         self.tok = tok
         self.skip_special = skip_special
+        self.keep = frozenset(keep)  # control tokens decoded anyway (a chat format's output markup)
         self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, id: int) -> str:
-        if self.skip_special and self.tok.is_control(id):
+        if self.skip_special and self.tok.is_control(id) and id not in self.keep:
             return ""
         return self._dec.decode(self.tok.token_bytes(id))
 
