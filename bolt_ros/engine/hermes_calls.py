@@ -37,10 +37,9 @@ def tool_names(tools) -> set[str] | None:
     return {t if isinstance(t, str) else t.get("function", t).get("name") for t in tools}
 
 
-def json_object_end(text: str, start: int = 0) -> int:
-    """Index just past the brace-balanced object that opens at text[start] ('{'), or -1 while it is incomplete.
-    Braces inside JSON strings do not count."""
-    depth, in_string, escaped = 0, False, False
+def _outside_strings(text: str, start: int = 0):
+    """Indices of the characters of text[start:] outside JSON strings (the quotes themselves excluded)."""
+    in_string, escaped = False, False
     for i in range(start, len(text)):
         c = text[i]
         if in_string:
@@ -52,9 +51,18 @@ def json_object_end(text: str, start: int = 0) -> int:
                 in_string = False
         elif c == '"':
             in_string = True
-        elif c == "{":
+        else:
+            yield i
+
+
+def json_object_end(text: str, start: int = 0) -> int:
+    """Index just past the brace-balanced object that opens at text[start] ('{'), or -1 while it is incomplete.
+    Braces inside JSON strings do not count."""
+    depth = 0
+    for i in _outside_strings(text, start):
+        if text[i] == "{":
             depth += 1
-        elif c == "}":
+        elif text[i] == "}":
             depth -= 1
             if depth == 0:
                 return i + 1
@@ -63,23 +71,12 @@ def json_object_end(text: str, start: int = 0) -> int:
 
 def _undouble(text: str) -> str:
     """`{{` -> `{` and `}}` -> `}` outside strings (a call written with every brace doubled)."""
-    out, i, in_string, escaped = [], 0, False, False
-    while i < len(text):
-        c = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "{}" and text.startswith(c * 2, i):
-            i += 1
-        out.append(c)
-        i += 1
-    return "".join(out)
+    drop, second = set(), -1
+    for i in _outside_strings(text):
+        if i != second and text[i] in "{}" and text.startswith(text[i] * 2, i):
+            drop.add(i)
+            second = i + 1  # the pair's second brace stays and starts no pair of its own
+    return "".join(c for i, c in enumerate(text) if i not in drop)
 
 
 def _decode(body: str):
