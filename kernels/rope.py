@@ -5,8 +5,14 @@ The frequencies come in as a tensor so one kernel serves every variant (`rope_in
   proportional (Gemma 4 full):      half = D/2 = 256, only the first 64 pairs rotate, inv_freq[i] = theta^(-2i/512)
   ggml partial n_rot < D:           half = n_rot/2, inv_freq[i] = theta^(-2i/n_rot); dims >= n_rot pass through
 Angles are computed in fp32 as pos * inv_freq (as HF and llama.cpp do).
+
+`RopeAngles` is what the model passes (`ops.rope(x, angles)`): one step's positions and one rope variant, NEOX or
+llama's interleaved pairs ("norm"). The Triton kernel reads positions and fp32 frequencies; the torch path takes
+cos/sin tables computed once per step (in fp64, then rounded) and shared by every layer using that variant.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 
@@ -75,3 +81,38 @@ def rope_triton(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor
                              out.stride(0), out.stride(1), inv_freq.numel(), half, D=d,
                              BLOCK_D=triton.next_power_of_2(d))
     return out
+
+
+@dataclass
+class RopeAngles:
+    """The rotation of one step: positions [T] (on the model's device) for one (inv_freq, style) variant."""
+
+    positions: torch.Tensor  # [T] long
+    inv_freq: torch.Tensor  # [P] float64, P = rotated dims / 2
+    inv_freq32: torch.Tensor  # [P] float32, the same frequencies for the Triton kernel
+    style: str = "neox"  # "neox": pairs (i, i + P); "norm": pairs (2i, 2i + 1)
+    _cs: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+
+    def cos_sin(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cs is None:
+            ang = self.positions.to(torch.float64)[:, None] * self.inv_freq[None, :]  # [T, P]
+            self._cs = (ang.cos().float()[:, None, :], ang.sin().float()[:, None, :])  # [T, 1, P]
+        return self._cs
+
+    def rows(self, sl: slice) -> RopeAngles:
+        cs = None if self._cs is None else (self._cs[0][sl], self._cs[1][sl])
+        return RopeAngles(self.positions[sl], self.inv_freq, self.inv_freq32, self.style, cs)
+
+
+def rope_angles_torch(x: torch.Tensor, angles: RopeAngles) -> torch.Tensor:
+    """x [T, H, D] rotated by `angles` (first 2P dims rotate, the rest pass through) -> new tensor."""
+    cos, sin = angles.cos_sin()
+    rot_dim = 2 * angles.inv_freq.shape[0]
+    rot, rest = x[..., :rot_dim], x[..., rot_dim:]
+    if angles.style == "neox":
+        x1, x2 = rot.chunk(2, dim=-1)
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    else:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)

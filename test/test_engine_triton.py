@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from bolt_ros.engine import decoders
 from bolt_ros.engine import device as dev
 from bolt_ros.engine.config import config_from_gguf
 from bolt_ros.engine.gguf_file import GGUFFile
@@ -113,7 +114,7 @@ def test_triton_path_matches_torch_path(gguf_path, monkeypatch):
     assert c_tri.n_past == c_ref.n_past == 18 + 2 + 2 + 1
 
     # the CUDA-graph body (static token/position buffers, device-side visibility) on the same cache
-    static = dev.StaticDecodeStep(tri, c_tri)
+    static = decoders.StaticDecodeStep(tri, c_tri)
     nxt = int(out[-1].argmax())
     for _ in range(2):
         a = ref(torch.tensor([nxt]), c_ref, logits="last").logits[-1]
@@ -142,12 +143,12 @@ def test_switch_and_cuda_graphs_unavailable_on_cpu(gguf_path, monkeypatch):
     gf = GGUFFile(gguf_path)
     tri = _model(gf, "fast")
     cache = tri.new_cache(32, max_step=8)
-    assert dev.graph_decoder(tri, cache) is None and not dev.cuda_graphs_on(tri)
+    assert not decoders.cuda_graphs_on(tri)
     with pytest.raises(RuntimeError, match="CUDA graphs need a CUDA device"):
-        dev.CudaGraphDecoder(tri, cache)
+        decoders.CudaGraphStep(tri, cache)
     monkeypatch.setenv("BOLT_KERNELS", "torch")
     plain = _model(gf, "fast")
     with pytest.raises(ValueError, match="position-indexed"):
-        dev.StaticDecodeStep(plain, plain.new_cache(32, max_step=8))  # ring caches, torch path
-    assert dev.Span(5, 9, 4)[-1:] == dev.Span(8, 9, 4)  # sliced like the [T, S] mask it replaces
+        decoders.StaticDecodeStep(plain, plain.new_cache(32, max_step=8))  # ring caches, torch path
+    assert ops.Span(5, 9, 4).rows(slice(-1, None)) == ops.Span(8, 9, 4)  # sliced like the [T, S] mask it replaces
     gf.close()

@@ -1,4 +1,4 @@
-"""The one interface every chat engine sits behind, and the factory that picks one from config.
+"""The one interface every chat engine sits behind (backend_factory.make_backend picks one from config).
 
 A backend turns (messages, tools) into a stream of events. It never raises for a bad model output: a tool call
 it cannot parse arrives as a ToolCallRequest with `error` set, so the tool loop can tell the model what went wrong.
@@ -8,10 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from bolt_ros.assistant.config import BackendConfig
+from typing import Protocol
 
 
 @dataclass
@@ -49,17 +46,3 @@ class BackendError(RuntimeError):
 class ChatBackend(Protocol):
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
                     cancel: threading.Event) -> Iterator[BackendEvent]: ...
-
-
-def make_backend(cfg: BackendConfig) -> ChatBackend:
-    """Build the backend named by `cfg.kind`; imports lazily so an openai/scripted setup never loads torch."""
-    if cfg.kind == "scripted":
-        from bolt_ros.assistant.scripted import ScriptedBackend
-        return ScriptedBackend.from_config(cfg)
-    if cfg.kind == "openai":
-        from bolt_ros.assistant.openai_backend import OpenAIBackend
-        return OpenAIBackend.from_config(cfg)
-    if cfg.kind == "embedded":
-        from bolt_ros.assistant.embedded import EmbeddedBackend
-        return EmbeddedBackend.from_config(cfg)
-    raise ValueError(f"unknown backend kind {cfg.kind!r} (use embedded, openai or scripted)")

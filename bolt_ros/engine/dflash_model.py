@@ -18,13 +18,15 @@ import math
 from typing import Annotated
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from torch import nn
 
+from bolt_ros.kernels import ops
+from bolt_ros.kernels.rope import RopeAngles
+
 from . import validate, validate_tokenizer
 from .gguf_file import GGUFError, GGUFFile
-from .model import Rope, Transformer, rms_norm
+from .model import Rope, Transformer
 from .validate import (
     MAX_ATTN_WIDTH,
     MAX_BLOCK,
@@ -133,29 +135,31 @@ def draft_config_from_gguf(gf: GGUFFile) -> DraftConfig:
 
 
 class DraftCache:
-    """Injected context K/V per drafter layer, indexed by position (row j = target position j); grows on demand."""
+    """Injected context K/V per drafter layer, indexed by position (row j = target position j), on the drafter's
+    device; grows on demand. Rows n.. are scratch: a draft pass writes its block's own K/V there."""
 
-    def __init__(self, cfg: DraftConfig, capacity: int = 256):
-        self.cfg = cfg
-        self.k = [torch.zeros(cfg.n_head_kv, capacity, cfg.head_dim) for _ in range(cfg.n_layer)]  # [n_kv, S, hd]
-        self.v = [torch.zeros(cfg.n_head_kv, capacity, cfg.head_dim) for _ in range(cfg.n_layer)]
+    def __init__(self, cfg: DraftConfig, capacity: int = 256, device: torch.device | str = "cpu"):
+        self.cfg, self.device = cfg, torch.device(device)
+        shape = (cfg.n_head_kv, capacity, cfg.head_dim)
+        self.k = [torch.zeros(shape, device=self.device) for _ in range(cfg.n_layer)]  # [n_kv, S, hd]
+        self.v = [torch.zeros(shape, device=self.device) for _ in range(cfg.n_layer)]
         self.n = 0  # positions 0..n-1 hold context
 
-    def _reserve(self, end: int) -> None:
+    def reserve(self, end: int) -> None:
         cap = self.k[0].shape[1]
         if end <= cap:
             return
         new = max(end, 2 * cap)
         for kv in (self.k, self.v):
             for il, t in enumerate(kv):
-                grown = torch.zeros(t.shape[0], new, t.shape[2])
+                grown = t.new_zeros(t.shape[0], new, t.shape[2])
                 grown[:, :cap] = t
                 kv[il] = grown
 
     def write(self, il: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [n_kv, T, hd] for positions start..start+T-1
         end = start + k.shape[1]
-        self._reserve(end)
+        self.reserve(end)
         self.k[il][:, start:end] = k
         self.v[il][:, start:end] = v
 
@@ -179,47 +183,33 @@ class DraftLayer(nn.Module):
         self.w_gate, self.w_up = w.linear(p + "ffn_gate.weight"), w.linear(p + "ffn_up.weight")
         self.w_down = w.linear(p + "ffn_down.weight")
 
-    def context_kv(self, g: torch.Tensor, rope: Rope, cs) -> tuple[torch.Tensor, torch.Tensor]:
+    def context_kv(self, g: torch.Tensor, angles: RopeAngles) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of fused context rows g [T, H]: K = RoPE(k_norm(Wk g)), V = Wv g (no norm), [n_kv, T, hd] each."""
         cfg, T = self.cfg, g.shape[0]
-        k = self.wk(g).view(T, cfg.n_head_kv, cfg.head_dim).transpose(0, 1)
-        v = self.wv(g).view(T, cfg.n_head_kv, cfg.head_dim).transpose(0, 1)
-        return rope.apply(rms_norm(k, self.k_norm, cfg.rms_eps), cs), v
+        k = self.wk(g).view(T, cfg.n_head_kv, cfg.head_dim)  # [T, n_kv, hd]
+        v = self.wv(g).view(T, cfg.n_head_kv, cfg.head_dim)
+        k = ops.rope(ops.rms_norm(k, self.k_norm, cfg.rms_eps), angles)
+        return k.transpose(0, 1), v.transpose(0, 1)
 
-    def attend(self, q, k, v, mask) -> torch.Tensor:
-        # q: [n_head, B, hd]; k, v: [n_kv, S, hd]; mask: [B, S] bool or None
-        cfg = self.cfg
-        scale = 1.0 / math.sqrt(cfg.head_dim)
-        if self.sinks is None:
-            return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, scale=scale,
-                                                  enable_gqa=cfg.n_head != cfg.n_head_kv)[0]
-        # attention sinks: one extra logit per head that takes probability mass but carries no value
-        rep = cfg.n_head // cfg.n_head_kv
-        k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
-        s = q @ k.transpose(1, 2) * scale  # [n_head, B, S]
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        sink = self.sinks.view(-1, 1, 1).expand(-1, s.shape[1], 1)
-        p = torch.softmax(torch.cat((s, sink), dim=-1), dim=-1)[..., :-1]
-        return p @ v
-
-    def forward(self, x, ctx_k, ctx_v, rope: Rope, cs, mask) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: DraftCache, angles: RopeAngles, vis: ops.Span) -> torch.Tensor:
+        """The block x [B, H] at positions vis.start..: attends to the injected context and to the whole block."""
         cfg, B = self.cfg, x.shape[0]
-        n = rms_norm(x, self.attn_norm, cfg.rms_eps)
-        q = self.wq(n).view(B, cfg.n_head, cfg.head_dim).transpose(0, 1)  # [n_head, B, hd]
-        q = rope.apply(rms_norm(q, self.q_norm, cfg.rms_eps), cs)
-        k, v = self.context_kv(n, rope, cs)  # the block's own K/V, same projections as the context
-        k, v = torch.cat((ctx_k, k), dim=1), torch.cat((ctx_v, v), dim=1)  # [n_kv, ctx + B, hd]
-        o = self.attend(q, k, v, mask)
-        x = x + self.wo(o.transpose(0, 1).reshape(B, cfg.n_head * cfg.head_dim))
-        m = rms_norm(x, self.ffn_norm, cfg.rms_eps)
-        return x + self.w_down(F.silu(self.w_gate(m)) * self.w_up(m))
+        n = ops.rms_norm(x, self.attn_norm, cfg.rms_eps)
+        q = self.wq(n).view(B, cfg.n_head, cfg.head_dim)  # [B, n_head, hd]
+        q = ops.rope(ops.rms_norm(q, self.q_norm, cfg.rms_eps), angles)
+        cache.write(self.il, vis.start, *self.context_kv(n, angles))  # the block's own K/V, in scratch rows
+        o = ops.attention(q, cache.k[self.il], cache.v[self.il], vis, 1.0 / math.sqrt(cfg.head_dim),
+                          sinks=self.sinks)  # [B, n_head, hd]
+        x = x + self.wo(o.reshape(B, cfg.n_head * cfg.head_dim))
+        m = ops.rms_norm(x, self.ffn_norm, cfg.rms_eps)
+        return x + self.w_down(ops.act_mul(self.w_gate(m), self.w_up(m), "silu"))
 
 
 class DFlashDraftModel(nn.Module):
     def __init__(self, cfg: DraftConfig, w: WeightStore, target: Transformer, embedding_scale: float):
         super().__init__()
         self.cfg, self.embedding_scale = cfg, embedding_scale
+        self.device = w.device
         tc = target.cfg
         validate.check_draft_fc(w.gf, cfg)  # before anything is loaded
         for name in ("token_embd.weight", "output.weight"):  # before anything is loaded
@@ -238,10 +228,13 @@ class DFlashDraftModel(nn.Module):
         # borrowed from the target unless the file ships its own: raw (unscaled) embedding rows, output matrix
         self.tok_embd = w.embedding("token_embd.weight") if w.has("token_embd.weight") else target.tok_embd
         self.output = w.linear("output.weight", role="head") if w.has("output.weight") else target.output
-        self.rope = Rope(cfg.head_dim, cfg.rope_dim, cfg.rope_base, "neox", None)
+        self.rope = Rope(cfg.rope_dim, cfg.rope_base, "neox", None, self.device)
 
     def new_cache(self) -> DraftCache:
-        return DraftCache(self.cfg)
+        return DraftCache(self.cfg, device=self.device)
+
+    def _positions(self, start: int, n: int) -> torch.Tensor:
+        return torch.arange(start, start + n, device=self.device)
 
     @torch.inference_mode()
     def inject(self, features: torch.Tensor, cache: DraftCache) -> None:
@@ -252,37 +245,26 @@ class DFlashDraftModel(nn.Module):
         g = self.fc(features)
         if self.fc_scale is not None:
             g = g * self.fc_scale
-        g = rms_norm(g, self.enc_norm, cfg.rms_eps)  # [T, H]
-        cs = self.rope.cos_sin(torch.arange(start, start + T))
+        g = ops.rms_norm(g, self.enc_norm, cfg.rms_eps)  # [T, H]
+        angles = self.rope.at(self._positions(start, T))
         for il, layer in enumerate(self.layers):
-            cache.write(il, start, *layer.context_kv(g, self.rope, cs))
+            cache.write(il, start, *layer.context_kv(g, angles))
         cache.n = start + T
-
-    def _mask(self, start: int, B: int, window: int | None) -> torch.Tensor | None:
-        """[B, start + B] visibility of context + block keys for the block's queries (None: everything visible)."""
-        if not self.cfg.causal and window is None:
-            return None
-        q = torch.arange(start, start + B)[:, None]
-        k = torch.arange(start + B)[None, :]
-        ok = torch.ones(B, start + B, dtype=torch.bool)
-        if self.cfg.causal:
-            ok &= k <= q
-        if window is not None:  # symmetric window, as the z-lab reference does for non-causal layers
-            ok &= (q - k).abs() < window
-        return ok
 
     @torch.inference_mode()
     def draft_logits(self, tokens: list[int], cache: DraftCache) -> torch.Tensor:
         """Logits for block slots 1..B-1 of `tokens` = [anchor, MASK...] at positions cache.n..: [B-1, vocab]."""
         cfg, start, B = self.cfg, cache.n, len(tokens)
-        x = self.tok_embd(torch.tensor(tokens, dtype=torch.long)).float()  # [B, H]
+        x = self.tok_embd(torch.tensor(tokens, dtype=torch.long, device=self.device)).float()  # [B, H]
         if self.embedding_scale != 1.0:
             x = x * self.embedding_scale
-        cs = self.rope.cos_sin(torch.arange(start, start + B))
-        masks = {swa: self._mask(start, B, cfg.sliding_window if swa else None) for swa in set(cfg.swa)}
+        angles = self.rope.at(self._positions(start, B))
+        cache.reserve(start + B)
         for il, layer in enumerate(self.layers):
-            x = layer(x, cache.k[il][:, :start], cache.v[il][:, :start], self.rope, cs, masks[cfg.swa[il]])
-        return self.output(rms_norm(x[1:], self.out_norm, cfg.rms_eps))  # slot 0 (the anchor) predicts nothing
+            window = (cfg.sliding_window or 0) if cfg.swa[il] else 0
+            vis = ops.Span(start, start + B, window, causal=cfg.causal, device=self.device)
+            x = layer(x, cache, angles, vis)
+        return self.output(ops.rms_norm(x[1:], self.out_norm, cfg.rms_eps))  # slot 0 (the anchor) predicts nothing
 
 
 def check_compatible(cfg: DraftConfig, target: Transformer, target_gguf: GGUFFile, draft_name: str) -> None:

@@ -13,14 +13,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import torch
 
 from .chat_format import ChatFormat
 from .config import ModelConfig, config_from_gguf
+from .decoders import Decoder, plain_decoder
 from .default_models import resolve_model
-from .device import graph_decoder
 from .gguf_file import GGUFFile
 from .kv_cache import KVCache
 from .model import Interrupted, Transformer
@@ -89,6 +88,7 @@ class Session:
         self.last_prefill = 0  # tokens the last prefill actually ran
         self.lock = threading.Lock()  # one generation at a time per session
         self.cancel: threading.Event | None = None  # set by stream(): a long prefill stops between layers
+        self.graph_step = None  # decoders.CudaGraphStep: the CUDA graphs captured for this cache
 
     def truncate(self, n: int) -> None:
         self.cache.truncate(n)
@@ -96,39 +96,6 @@ class Session:
 
     def reset(self) -> None:
         self.truncate(0)
-
-
-class Decoder(Protocol):
-    """Proposes and commits tokens. After prefill()/step(), the cache holds every committed token but the last."""
-
-    def prefill(self, ids: list[int]) -> None: ...
-    def step(self, recent: list[int]) -> list[int]: ...
-    def rollback(self, n_keep_committed: int) -> None: ...
-    def stats(self) -> dict | None: ...
-
-
-class PlainDecoder:
-    """One target forward pass per token."""
-
-    def __init__(self, engine: Engine, session: Session, sampler: Sampler):
-        self.engine, self.session, self.sampler = engine, session, sampler
-        self.logits: torch.Tensor | None = None
-        self.pending: int | None = None  # committed, not yet in the cache
-
-    def prefill(self, ids: list[int]) -> None:
-        self.logits = self.engine.prefill(self.session, ids)
-
-    def step(self, recent: list[int]) -> list[int]:
-        if self.pending is not None:
-            self.logits = self.engine.forward(self.session, [self.pending])
-        self.pending = self.sampler.sample(self.logits, recent)
-        return [self.pending]
-
-    def rollback(self, n_keep_committed: int) -> None:
-        pass  # plain decoding never commits more than it emits
-
-    def stats(self) -> dict | None:
-        return None
 
 
 def release_heap() -> None:
@@ -185,11 +152,6 @@ class Engine:
 
         capture/on_chunk: the residual streams entering these layers are handed to on_chunk(hidden, chunk) after
         each chunk (DFlash feeds its drafter this way)."""
-        if len(ids) == 1 and logits == "last" and not capture \
-                and (graph := graph_decoder(self.model, session.cache)) is not None:
-            out = graph.step(ids[0])  # CUDA: one graph replay per token
-            session.tokens.extend(ids)
-            return out
         out = []
         step = session.cache.max_step
         stop = session.cancel.is_set if session.cancel is not None else None
@@ -247,7 +209,7 @@ class Engine:
         if use_draft and self.draft is not None:
             decoder = self.draft.decoder(self, session, sampler)
         else:
-            decoder = PlainDecoder(self, session, sampler)
+            decoder = plain_decoder(self, session, sampler)
         t = Timings(load_s=self.load_s, prompt_tokens=len(prompt_ids))
         text_out = _StopStringFilter(params.stop)
         markup = (self.tok.token_id(m) for m in self.chat_format.output_markup)

@@ -203,8 +203,10 @@ def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy, role: st
     """The storage form for `policy`; falls back where a kernel's shape rule isn't met."""
     if policy == "exact":
         return "f32"
-    if policy == "gguf" and ggml_type in GGUF_KERNEL_TYPES:
-        return "gguf"
+    if policy == "gguf":  # off the CPU: the fused kernels' blocks, else a dense exact form (no CPU-only op there)
+        if ggml_type in GGUF_KERNEL_TYPES:
+            return "gguf"
+        return "bf16" if ggml_type == GGMLType.BF16 else "f32"
     # The vocab-sized output head dominates a decode step. It only has to *rank* candidates: the ones near the top
     # get exact logits from the GGUF rows (_refine_top), so a 4-bit copy (half the bytes of int4x2) serves.
     scheme = "int4" if role == "head" else FAST_SCHEME[ggml_type]
@@ -218,8 +220,12 @@ class QuantLinear(nn.Module):
     """y = x @ W^T for a GGUF weight of torch shape [out, in]; see the module docstring for `scheme`."""
 
     def __init__(self, raw: torch.Tensor | np.ndarray, ggml_type: int, shape: tuple[int, ...], *,
-                 policy: Policy = "fast", role: str = "matrix", scheme: str | None = None):
+                 policy: Policy = "fast", role: str = "matrix", scheme: str | None = None,
+                 device: torch.device | str = "cpu"):
+        """device: where the "gguf" scheme's blocks go, copied there straight from `raw` (an mmap view: no host copy
+        of the weight is made on the way); the packed CPU schemes are built on the host (move them with .to())."""
         super().__init__()
+        self._device = torch.device(device)
         if policy not in ("fast", "exact", "gguf"):
             raise ValueError(f"unknown policy {policy!r} (fast, exact or gguf)")
         shape = tuple(int(d) for d in shape)
@@ -289,7 +295,8 @@ class QuantLinear(nn.Module):
         self.register_buffer("scale_zeros", scale_zeros)  # [k_parts*K/group, N, 2] bf16
 
     def _build_gguf(self, blocks: torch.Tensor) -> None:
-        self.register_buffer("blocks", blocks.clone().reshape(self.out_features, -1))  # [N, row_bytes]
+        # [N, row_bytes]: a copy (the mmap view must not be written or outlive the file), made on the target device
+        self.register_buffer("blocks", blocks.reshape(self.out_features, -1).to(self._device, copy=True))
 
     @classmethod
     def fuse(cls, layers: list[QuantLinear]) -> QuantLinear | None:
@@ -322,6 +329,11 @@ class QuantLinear(nn.Module):
         return (self.out_features, self.in_features)
 
     @property
+    def lossy(self) -> bool:
+        """True when the held form rounds the GGUF values (then a head refines its top candidates exactly)."""
+        return self.scheme in ("int4", "int4x2", "int8") or (self.scheme == "bf16" and self.ggml_type != GGMLType.BF16)
+
+    @property
     def weight_bytes(self) -> int:
         """Bytes held by this layer's buffers (the GGUF mmap it came from is not counted)."""
         return sum(b.numel() * b.element_size() for b in self.buffers())
@@ -333,7 +345,7 @@ class QuantLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)  # [T, in]
         y = self._matmul(x2) if x2.shape[0] else x2.new_zeros((0, self.out_features), dtype=torch.float32)
-        if self.role == "head" and self.scheme in ("bf16", "int4", "int4x2", "int8") and x2.shape[0]:
+        if self.role == "head" and self.lossy and x2.shape[0]:
             y = self._refine_top(x2, y)
         return y.reshape(*lead, self.out_features)
 
@@ -417,7 +429,7 @@ class QuantEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [...] int -> [..., width] float32."""
-        if self.table.is_cuda:  # no host-side range check (a sync per token; CUDA graphs forbid it): device asserts
+        if self.table.device.type != "cpu":  # no host-side range check (a sync per token; CUDA graphs forbid it)
             picked = self.table.index_select(0, ids.reshape(-1).to(self.table.device))  # [R, row_bytes]
             rows = dequantize_blocks(picked.reshape(-1, GGML_BLOCK[self.ggml_type][1]), self.ggml_type)
             return rows.reshape(*ids.shape, self.embedding_dim)

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from bolt_ros.kernels import ops
+from bolt_ros.kernels.rope import RopeAngles
+
 from .config import ModelConfig
-from .device import kernel_attention, kernel_block, kernel_head, spans
 from .gguf_file import GGUFError
 from .kv_cache import KVCache
 from .linear import QuantLinear
@@ -28,50 +29,23 @@ class Interrupted(Exception):
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     # GGUF stores Gemma norm weights with the +1 already folded in, so every arch is plain x_hat * w
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return x if weight is None else x * weight
+    return ops.rms_norm(x, weight, eps)
 
 
 class Rope:
-    """Rotary embedding for one (base, rotated dims, head dim, freq factors) combination."""
+    """Rotary embedding for one (base, rotated dims, freq factors, style) combination, its tables on `device`."""
 
-    def __init__(self, head_dim: int, rot_dim: int, base: float, style: str, freq_factors: torch.Tensor | None):
+    def __init__(self, rot_dim: int, base: float, style: str, freq_factors: torch.Tensor | None,
+                 device: torch.device | str = "cpu"):
         inv_freq = base ** (-torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)  # [rot_dim/2]
         if freq_factors is not None:  # Gemma 4 "proportional" rope: factors of 1e30 switch pairs off
-            inv_freq = inv_freq / freq_factors.to(torch.float64)[: inv_freq.shape[0]]
-        self.inv_freq = inv_freq
-        self.head_dim, self.rot_dim, self.style = head_dim, rot_dim, style
+            inv_freq = inv_freq / freq_factors.to("cpu", torch.float64)[: inv_freq.shape[0]]
+        self.inv_freq = inv_freq.to(device)  # fp64: the torch path's tables
+        self.inv_freq32 = inv_freq.float().to(device)  # the Triton kernel's
+        self.rot_dim, self.style = rot_dim, style
 
-    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ang = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]  # [T, rot/2]
-        return ang.cos().float(), ang.sin().float()
-
-    def apply(self, x: torch.Tensor, cs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        # x: [n, T, head_dim]
-        cos, sin = cs
-        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim:]
-        if self.style == "neox":  # pairs (i, i + rot/2)
-            x1, x2 = rot.chunk(2, dim=-1)
-            out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        else:  # pairs (2i, 2i+1)
-            x1, x2 = rot[..., 0::2], rot[..., 1::2]
-            out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-        return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
-
-
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """Grouped-query attention. q [n_head, T, hd], k/v [n_kv, S, hd], mask [T, S] bool (True = visible) or None."""
-    n_head, T, hd = q.shape
-    n_kv, S = k.shape[0], k.shape[1]
-    if T > 16:  # prefill: the fused SDPA kernel wins
-        return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, scale=scale,
-                                              enable_gqa=n_kv != n_head)[0]
-    # decode / verify blocks: a few batched matmuls beat SDPA's per-call overhead (heads h*g..h*g+g-1 share kv h)
-    g = n_head // n_kv
-    s = torch.bmm(q.reshape(n_kv, g * T, hd), k.transpose(1, 2)) * scale  # [n_kv, g*T, S]
-    if mask is not None:
-        s = s.view(n_kv, g, T, S).masked_fill(~mask, float("-inf")).view(n_kv, g * T, S)
-    return torch.bmm(torch.softmax(s, dim=-1), v).view(n_head, T, hd)
+    def at(self, positions: torch.Tensor) -> RopeAngles:
+        return RopeAngles(positions, self.inv_freq, self.inv_freq32, self.style)
 
 
 class _Split(nn.Module):
@@ -92,7 +66,6 @@ class Block(nn.Module):
         self.il, self.cfg = il, cfg
         self.n_head, self.n_kv, self.hd = cfg.n_head, cfg.n_head_kv[il], cfg.head_dim[il]
         self.owns_kv = cfg.owns_kv(il)
-        self.kernels = w.kernels  # Triton kernels instead of the torch code below (device.kernels_on)
         self.attn_norm = w.vector(p + "attn_norm.weight")
         wq = w.linear(p + "attn_q.weight")
         if self.owns_kv:
@@ -123,47 +96,45 @@ class Block(nn.Module):
             self.ple_norm = w.vector(p + "post_norm.weight")
         self.out_scale = w.vector(p + "layer_output_scale.weight") if w.has(p + "layer_output_scale.weight") else None
 
-    def act(self, x: torch.Tensor) -> torch.Tensor:
-        return F.silu(x) if self.cfg.activation == "silu" else F.gelu(x, approximate="tanh")
-
-    def attention(self, x, positions, cache: KVCache, rope: Rope, cs, mask) -> torch.Tensor:
-        if self.kernels:
-            return kernel_attention(self, x, positions, cache, rope, mask)
+    def attention(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, angles: RopeAngles,
+                  vis: ops.Visibility) -> torch.Tensor:
+        """x [T, n_embd] -> [T, n_embd]; writes this step's K/V when the layer owns KV."""
         cfg, T = self.cfg, x.shape[0]
         nq, nkv = self.n_head * self.hd, self.n_kv * self.hd
         qkv = self.wqkv(x)  # [T, nq (+ 2 * nkv)]
         if self.qkv_bias is not None:
             qkv = qkv + self.qkv_bias
-        q = qkv[:, :nq].reshape(T, self.n_head, self.hd).transpose(0, 1)  # [n_head, T, hd]
+        q = qkv[:, :nq].reshape(T, self.n_head, self.hd)  # [T, n_head, hd]
         if self.q_norm is not None:
-            q = rms_norm(q, self.q_norm, cfg.rms_eps)
-        q = rope.apply(q, cs)
+            q = ops.rms_norm(q, self.q_norm, cfg.rms_eps)
+        q = ops.rope(q, angles)
         lc = cache.layer(self.il)
         if self.owns_kv:
-            k = qkv[:, nq:nq + nkv].reshape(T, self.n_kv, self.hd).transpose(0, 1)  # [n_kv, T, hd]
-            v = qkv[:, nq + nkv:].reshape(T, self.n_kv, self.hd).transpose(0, 1)
+            k = qkv[:, nq:nq + nkv].reshape(T, self.n_kv, self.hd)  # [T, n_kv, hd]
+            v = qkv[:, nq + nkv:].reshape(T, self.n_kv, self.hd)
             if self.k_norm is not None:
-                k = rms_norm(k, self.k_norm, cfg.rms_eps)
+                k = ops.rms_norm(k, self.k_norm, cfg.rms_eps)
             if cfg.v_norm:
-                v = rms_norm(v, None, cfg.rms_eps)
-            lc.write(rope.apply(k, cs), v, positions)
-        k, v, _ = lc.view(int(positions[-1]) + 1)  # [n_kv, S, hd]
-        o = attend(q, k.to(q.dtype), v.to(q.dtype), mask, cfg.attn_scale)  # [n_head, T, hd]
-        return self.wo(o.transpose(0, 1).reshape(T, self.n_head * self.hd))
+                v = ops.rms_norm(v, None, cfg.rms_eps)
+            lc.write(ops.rope(k, angles).transpose(0, 1), v.transpose(0, 1), positions)  # the cache is [n_kv, S, hd]
+        o = ops.attention(q, lc.k, lc.v, vis, cfg.attn_scale)  # [T, n_head, hd]
+        return self.wo(o.reshape(T, nq))
 
-    def forward(self, h, positions, cache, rope, cs, mask, ple) -> torch.Tensor:
-        if self.kernels:  # mask is a device.Span there, cs unused
-            return kernel_block(self, h, positions, cache, rope, mask, ple)
+    def mix(self, h, positions, cache, angles, vis) -> torch.Tensor:
+        """The attention half: h + attention(norm(h)), post-normed on Gemma."""
         cfg = self.cfg
-        a = self.attention(rms_norm(h, self.attn_norm, cfg.rms_eps), positions, cache, rope, cs, mask)
-        h = h + (rms_norm(a, self.post_attn_norm, cfg.rms_eps) if cfg.post_norms else a)
-        m = rms_norm(h, self.ffn_norm, cfg.rms_eps)
-        gate, up = self.w_gate_up(m).chunk(2, dim=-1)  # [T, n_ff] each
-        f = self.w_down(self.act(gate) * up)
-        h = h + (rms_norm(f, self.post_ffn_norm, cfg.rms_eps) if cfg.post_norms else f)
+        a = self.attention(ops.rms_norm(h, self.attn_norm, cfg.rms_eps), positions, cache, angles, vis)
+        return ops.rms_norm_add(a, self.post_attn_norm, h, cfg.rms_eps) if cfg.post_norms else h + a
+
+    def ffn(self, h, ple) -> torch.Tensor:
+        """The MLP half (and Gemma 4's per-layer input, and its layer scale)."""
+        cfg, eps = self.cfg, self.cfg.rms_eps
+        gate, up = self.w_gate_up(ops.rms_norm(h, self.ffn_norm, eps)).chunk(2, dim=-1)  # [T, n_ff] each
+        f = self.w_down(ops.act_mul(gate, up, cfg.activation))
+        h = ops.rms_norm_add(f, self.post_ffn_norm, h, eps) if cfg.post_norms else h + f
         if cfg.ple_dim:
-            g = self.act(self.ple_gate(h)) * ple[:, self.il]  # [T, ple_dim]
-            h = h + rms_norm(self.ple_proj(g), self.ple_norm, cfg.rms_eps)
+            g = ops.act_mul(self.ple_gate(h), ple[:, self.il], cfg.activation)  # [T, ple_dim]
+            h = ops.rms_norm_add(self.ple_proj(g), self.ple_norm, h, eps)
         if self.out_scale is not None:
             h = h * self.out_scale
         return h
@@ -189,9 +160,9 @@ class Transformer(nn.Module):
         by_key: dict[tuple, Rope] = {}
         for il in range(cfg.n_layer):
             ff = freq_factors if (freq_factors is not None and not cfg.swa[il]) else None  # full layers only
-            key = (cfg.head_dim[il], cfg.rope_dim[il], cfg.rope_base[il], ff is not None)
+            key = (cfg.rope_dim[il], cfg.rope_base[il], ff is not None)
             if key not in by_key:
-                by_key[key] = Rope(cfg.head_dim[il], cfg.rope_dim[il], cfg.rope_base[il], cfg.rope_style, ff)
+                by_key[key] = Rope(cfg.rope_dim[il], cfg.rope_base[il], cfg.rope_style, ff, self.device)
             self.ropes.append(by_key[key])
         # Gemma 4: layers from here on only read earlier layers' KV (n_layer when none do)
         self.first_shared = next((il for il in range(cfg.n_layer) if not cfg.owns_kv(il)), cfg.n_layer)
@@ -201,6 +172,7 @@ class Transformer(nn.Module):
             self.ple_proj_norm = w.vector("per_layer_proj_norm.weight")
 
     def new_cache(self, n_ctx: int, max_step: int = 512, dtype: torch.dtype = torch.float32) -> KVCache:
+        # the Triton kernels (and CUDA graphs) read position-indexed slots: no sliding rings there
         return KVCache(self.cfg, n_ctx, max_step, dtype, device=self.device, flat=self.kernels)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -210,22 +182,30 @@ class Transformer(nn.Module):
         cfg, T = self.cfg, tokens.shape[0]
         tok = self.ple_embd(tokens).view(T, cfg.n_layer, cfg.ple_dim) * math.sqrt(cfg.ple_dim)
         ctx = (self.ple_model_proj(e) * cfg.n_embd ** -0.5).view(T, cfg.n_layer, cfg.ple_dim)
-        ctx = rms_norm(ctx, self.ple_proj_norm, cfg.rms_eps)
+        ctx = ops.rms_norm(ctx, self.ple_proj_norm, cfg.rms_eps)
         return (ctx + tok) * 2 ** -0.5  # [T, n_layer, ple_dim]
 
-    def masks(self, positions: torch.Tensor, cache: KVCache) -> dict[bool, torch.Tensor | None]:
-        """Attention masks per layer type (swa or not), [T, S] bool; None where plain causal over a prefix works."""
-        out: dict[bool, torch.Tensor | None] = {}
-        q = positions[:, None]  # [T, 1]
+    def visibility(self, positions: torch.Tensor, cache: KVCache) -> dict[bool, ops.Visibility]:
+        """Per layer type (sliding or not), which cached keys this step's queries see. A position-indexed layer cache
+        needs only the span; a sliding ring gets a mask from its slots' positions."""
+        out: dict[bool, ops.Visibility] = {}
+        start, end = cache.n_past, cache.n_past + positions.shape[0]
         for il in range(self.cfg.n_layer):
             swa = self.cfg.swa[il]
             if swa in out:
                 continue
-            kpos = cache.layer(il).slot_positions_after(positions)  # [S]
+            window = (self.cfg.sliding_window or 0) if swa else 0
+            lc = cache.layer(il)
+            if not lc.ring:
+                out[swa] = ops.Span(start, end, window, device=self.device)
+                continue
+            kpos = lc.slot_positions_after(positions)  # [S]
+            q = positions[:, None]  # [T, 1]
             allowed = (kpos[None, :] >= 0) & (kpos[None, :] <= q)
-            if swa:
-                allowed &= (q - kpos[None, :]) < self.cfg.sliding_window
-            out[swa] = None if (positions.shape[0] == 1 and bool(allowed.all())) else allowed
+            if window > 0:
+                allowed &= (q - kpos[None, :]) < window
+            out[swa] = ops.Masked(None if (positions.shape[0] == 1 and bool(allowed.all())) else allowed,
+                                  lc.n_slots)
         return out
 
     @torch.inference_mode()
@@ -236,11 +216,11 @@ class Transformer(nn.Module):
 
         logits: "last" (next-token logits of the last position), "all" (every position) or None.
         capture: layer indices whose *input* residual stream to return (DFlash features; n_layer = final stream).
-        stop: checked before every layer; when it returns True the step is abandoned with `Interrupted` and nothing
-        is committed (cache.n_past unchanged; the slots written are beyond it, and a sliding ring holds window +
-        max_step slots, so no key a later query needs was overwritten).
+        stop: checked before each half of every layer; when it returns True the step is abandoned with `Interrupted`
+        and nothing is committed (cache.n_past unchanged; the slots written are beyond it, and a sliding ring holds
+        window + max_step slots, so no key a later query needs was overwritten).
         """
-        cfg, T = self.cfg, tokens.shape[0]
+        T = tokens.shape[0]
         if T == 0:
             raise ValueError("forward() needs at least one token")
         if T > cache.max_step:
@@ -248,44 +228,52 @@ class Transformer(nn.Module):
         start = cache.n_past
         if start + T > cache.n_ctx:
             raise ValueError(f"context full: {start} + {T} tokens > n_ctx {cache.n_ctx}")
+        tokens = tokens.to(self.device)
         positions = torch.arange(start, start + T, device=self.device)
-        e = self.embed(tokens) if embeddings is None else embeddings
-        ple = self.per_layer_inputs(tokens, e) if cfg.ple_dim else None
-        masks = spans(cfg, start, start + T) if self.kernels else self.masks(positions, cache)
-        cs_cache: dict[int, tuple] = {}
-        hidden: dict[int, torch.Tensor] = {}
-        h = e
-        for il, block in enumerate(self.blocks):
-            if stop is not None and stop():
-                raise Interrupted(f"forward step stopped before layer {il}")
-            if il == self.first_shared and logits != "all" and not any(c >= il for c in capture):
-                # KV-shared layers write no cache: only rows that feed the logits still matter (as in HF)
-                if logits is None:
-                    break
-                h, positions, ple = h[-1:], positions[-1:], None if ple is None else ple[-1:]
-                masks = {k: None if m is None else m[-1:] for k, m in masks.items()}
-                cs_cache = {k: (c[-1:], s[-1:]) for k, (c, s) in cs_cache.items()}
-            if il in capture:
-                hidden[il] = h
-            rope = self.ropes[il]
-            cs = cs_cache.get(id(rope))
-            if cs is None and not self.kernels:
-                cs = cs_cache[id(rope)] = rope.cos_sin(positions)
-            h = block(h, positions, cache, rope, cs, masks[cfg.swa[il]], ple)
-        if cfg.n_layer in capture:
-            hidden[cfg.n_layer] = h
+        h, hidden = self.layers(tokens, positions, cache, self.visibility(positions, cache), logits=logits,
+                                capture=capture, embeddings=embeddings, stop=stop)
         cache.n_past = start + T
         if logits is None:
             return ForwardOut(None, hidden)
-        rows = h[-1:] if logits == "last" else h
-        return ForwardOut(self.head(rows), hidden)
+        return ForwardOut(self.head(h[-1:] if logits == "last" else h), hidden)
+
+    def layers(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, vis: dict[bool, ops.Visibility],
+               *, logits: str | None = "last", capture: tuple[int, ...] = (), embeddings: torch.Tensor | None = None,
+               stop: Callable[[], bool] | None = None) -> tuple[torch.Tensor | None, dict[int, torch.Tensor]]:
+        """The residual stream through every block: (final stream [T', n_embd] or None, captured streams). Commits
+        nothing; a static decode step (decoders.StaticDecodeStep) calls it with device-held token and position."""
+        cfg = self.cfg
+        e = self.embed(tokens) if embeddings is None else embeddings
+        ple = self.per_layer_inputs(tokens, e) if cfg.ple_dim else None
+        angles: dict[int, RopeAngles] = {}  # one table per rope variant per step, shared by its layers
+        hidden: dict[int, torch.Tensor] = {}
+        h = e
+        for il, block in enumerate(self.blocks):
+            if il == self.first_shared and logits != "all" and not any(c >= il for c in capture):
+                # KV-shared layers write no cache: only rows that feed the logits still matter (as in HF)
+                if logits is None:
+                    return None, hidden
+                last = slice(-1, None)
+                h, positions, ple = h[last], positions[last], None if ple is None else ple[last]
+                vis = {k: v.rows(last) for k, v in vis.items()}
+                angles = {k: a.rows(last) for k, a in angles.items()}
+            if il in capture:
+                hidden[il] = h
+            rope = self.ropes[il]
+            a = angles.get(id(rope))
+            if a is None:
+                a = angles[id(rope)] = rope.at(positions)
+            if stop is not None and stop():
+                raise Interrupted(f"forward step stopped before layer {il}")
+            h = block.mix(h, positions, cache, a, vis[cfg.swa[il]])
+            if stop is not None and stop():
+                raise Interrupted(f"forward step stopped inside layer {il}")
+            h = block.ffn(h, ple)
+        if cfg.n_layer in capture:
+            hidden[cfg.n_layer] = h
+        return h, hidden
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm, output projection and softcap: [T, n_embd] -> [T, vocab]."""
-        if self.kernels:
-            return kernel_head(self, h)
-        out = self.output(rms_norm(h, self.out_norm, self.cfg.rms_eps))
-        if self.cfg.final_softcap:
-            cap = self.cfg.final_softcap
-            out = torch.tanh(out / cap) * cap
-        return out
+        out = self.output(ops.rms_norm(h, self.out_norm, self.cfg.rms_eps))
+        return ops.softcap(out, self.cfg.final_softcap or 0.0)

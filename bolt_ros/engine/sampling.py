@@ -39,7 +39,7 @@ class SamplingParams(BaseModel):
 def apply_penalty(logits: torch.Tensor, recent: list[int], penalty: float) -> torch.Tensor:
     if penalty == 1.0 or not recent:
         return logits
-    ids = torch.tensor(sorted(set(recent)), dtype=torch.long)
+    ids = torch.tensor(sorted(set(recent)), dtype=torch.long, device=logits.device)
     vals = logits[ids]
     logits = logits.clone()
     logits[ids] = torch.where(vals > 0, vals / penalty, vals * penalty)
@@ -71,6 +71,9 @@ def distribution(logits: torch.Tensor, params: SamplingParams, recent: list[int]
 
 class Sampler:
     """Draws tokens with its own seeded generator (reproducible per request, independent of other threads).
+
+    The generator is a host one whatever the logits' device: it yields one uniform float per draw, and the draw is a
+    searchsorted on the device's CDF, so the same seed gives the same tokens on every device.
 
     constraint: a grammar.Constraint; every token `sample` returns is then allowed by it and committed to it (the
     decoders commit every sampled token; `rollback_to` undoes the ones a decoder drops)."""

@@ -1,6 +1,8 @@
 """Where the model gets its tensors: GGUF bytes -> norm vectors, packed linears and row-gather embeddings.
 
-The policy decides how matrices are held: "fast" keeps them packed for the CPU matmul path (and means "gguf", the raw
+Tensors go to the store's device one at a time: GGUF blocks are copied from the mmap straight to device memory (no
+host copy of the model, which matters where host and GPU share memory, as on a Jetson). The policy decides how
+matrices are held: "fast" keeps them packed for the CPU matmul path (and means "gguf", the raw
 blocks for the fused Triton kernels, where device.kernels_on), "exact" dequantizes to fp32 (numerical references).
 Embedding tables stay in their GGUF blocks and dequantize only looked-up rows, so a tied table serves both the lookup
 and the output head without an fp32 copy.
@@ -68,7 +70,7 @@ class WeightStore:
             self._two_d(name, info)
             self._finite(name, info)
             return QuantLinear(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info),
-                               policy=self.policy, role=role).to(self.device)
+                               policy=self.policy, role=role, device=self.device).to(self.device)
         return self._built(name, build)
 
     def embedding(self, name: str) -> QuantEmbedding:

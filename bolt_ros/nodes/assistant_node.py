@@ -22,7 +22,8 @@ from rclpy.task import Future
 from std_msgs.msg import String
 
 from bolt_ros.action import Converse
-from bolt_ros.assistant.backend import BackendError, ChatBackend, make_backend
+from bolt_ros.assistant.backend import BackendError, ChatBackend
+from bolt_ros.assistant.backend_factory import make_backend
 from bolt_ros.assistant.config import AssistantConfig, from_ros_parameters, to_ros_parameters
 from bolt_ros.assistant.conversation import Conversation, SceneMemory
 from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult, arguments_json
