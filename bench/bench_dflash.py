@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
+from bolt_ros.devtools.testmodel import write_random_model
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.decode.sampling import SamplingParams
 from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.generate import Engine
-from bolt_ros.engine.sampling import SamplingParams
-from bolt_ros.engine.testmodel import write_random_model
 
 PROMPT = "The robot arm moved slowly toward the red cube on the table, and then"
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         write_random_model(draft, "dflash", target=target, layers=args.layers, seed=0)
         print(f"wrote a random {args.layers}-layer drafter in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     engine = Engine.load(target, draft=None, n_ctx=1024)
-    from bolt_ros.engine.dflash import attach_drafter
+    from bolt_ros.engine.decode.dflash import attach_drafter
     attach_drafter(engine, draft, n_max=args.n_max)
     ids = engine.tok.encode(PROMPT, add_bos=engine.tok.add_bos)
     params = SamplingParams(max_tokens=args.tokens)

@@ -25,7 +25,7 @@ GIB = 2**30
 
 def ensure_model(path: Path) -> tuple[Path, float | None]:
     """The cached random E4B, written (atomically) if missing; returns (path, seconds spent writing or None)."""
-    from bolt_ros.engine.testmodel import write_random_model
+    from bolt_ros.devtools.testmodel import write_random_model
 
     if path.exists():
         return path, None
@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from bolt_ros.engine.bench import run_bench
-    from bolt_ros.engine.config import config_from_gguf
-    from bolt_ros.engine.gguf_file import GGUFFile
+    from bolt_ros.engine.gguf.reader import GGUFFile
+    from bolt_ros.engine.model.config import config_from_gguf
 
     with GGUFFile(path) as gf:
         cfg = config_from_gguf(gf)

@@ -14,9 +14,9 @@ import time
 import torch
 
 from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gguf_file import GGUFFile, torch_shape
-from bolt_ros.engine.linear import FAST_SCHEME, QuantLinear
-from bolt_ros.engine.quants import type_name
+from bolt_ros.engine.gguf.quants import type_name
+from bolt_ros.engine.gguf.reader import GGUFFile, torch_shape
+from bolt_ros.engine.model.linear import FAST_SCHEME, QuantLinear
 
 TENSORS = {
     "default": ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.0.ffn_gate.weight", "blk.0.attn_output.weight",

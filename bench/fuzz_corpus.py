@@ -1,6 +1,6 @@
 """The base files of the hostile-file fuzz (fuzz_load.py), built once into a work directory.
 
-  gemma4, gemma3, llama  tiny test models from our writer (bolt_ros/engine/testmodel.py; q8_0, f16, q4_k_m)
+  gemma4, gemma3, llama  tiny test models from our writer (bolt_ros/devtools/testmodel.py; q8_0, f16, q4_k_m)
   dflash                 a 2-layer DFlash drafter from the writer for the gemma4 model (loaded against it)
   smollm2-small          the real SmolLM2-135M header (its tokenizer, template, general.* keys, tensor names and
                          types) rewritten with 2 layers of width 64 and small random weights of the real types
@@ -40,7 +40,7 @@ def shrink_vocab(raw: fm.Raw, n: int = VOCAB) -> None:
 
 
 def _random_tensor(ggml_type: int, dims: list[int], seed: int, norm: bool) -> bytes:
-    from bolt_ros.engine.quants import random_raw
+    from bolt_ros.engine.gguf.quants import random_raw
 
     rng = np.random.default_rng(seed)
     if norm or ggml_type == 0:  # F32 (norms: near 1; matrices: small), finite by construction
@@ -91,7 +91,7 @@ def build(workdir: Path) -> None:
     stamp = workdir / "corpus.stamp"
     if stamp.exists() and stamp.read_text() == STAMP:
         return
-    from bolt_ros.engine.testmodel import write_random_model
+    from bolt_ros.devtools.testmodel import write_random_model
 
     workdir.mkdir(parents=True, exist_ok=True)
     full = workdir / "full"

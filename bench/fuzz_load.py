@@ -59,9 +59,9 @@ def run_case(raws: dict, workdir: Path, corpus: str, seed: int, index: int, *, t
     """Load and generate one case in this process; the outcome as a dict."""
     import gc
 
-    from bolt_ros.engine.generate import Engine
-    from bolt_ros.engine.gguf_file import GGUFError
-    from bolt_ros.engine.sampling import SamplingParams
+    from bolt_ros.engine.decode.generate import Engine
+    from bolt_ros.engine.decode.sampling import SamplingParams
+    from bolt_ros.engine.gguf.reader import GGUFError
 
     data, what = make_case(raws, corpus, seed, index)
     path = workdir / f"case-{os.getpid()}.gguf"

@@ -11,7 +11,7 @@ import random
 import struct
 from dataclasses import dataclass, field, replace
 
-from bolt_ros.engine.ggml_types import GGML_TYPES, block_size
+from bolt_ros.engine.gguf.types import GGML_TYPES, block_size
 
 U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 _FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f", BOOL: "<B", U64: "<Q",

@@ -139,7 +139,7 @@ def start(ctx: Ctx, model: Path | None) -> tuple[Path, Background | None]:
 
 def weight_bytes_per_token(path: Path) -> int:
     """Bytes one decode step must read: every tensor except the per-layer token table (one row of it is read)."""
-    from bolt_ros.engine.gguf_file import GGUFFile
+    from bolt_ros.engine.gguf.reader import GGUFFile
 
     try:
         with GGUFFile(path) as gf:
@@ -275,9 +275,9 @@ def worker(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import torch
 
+    from bolt_ros.engine.decode.generate import Engine
+    from bolt_ros.engine.decode.sampling import SamplingParams
     from bolt_ros.engine.device import resolve_device
-    from bolt_ros.engine.generate import Engine
-    from bolt_ros.engine.sampling import SamplingParams
 
     dev = resolve_device(args.device)
     cuda = dev.type == "cuda"

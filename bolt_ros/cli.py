@@ -13,8 +13,8 @@ import threading
 import time
 from collections import Counter
 
-from .engine.default_models import ModelNotFound, resolve_model
-from .engine.gguf_file import GGUFError, GGUFFile
+from bolt_ros.engine.default_models import ModelNotFound, resolve_model
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile
 
 EXIT_USAGE = 2
 
@@ -31,14 +31,14 @@ def _ids(text: str) -> list[int]:
 
 
 def _engine(args, **kw):
-    from .engine.device import resolve_device
-    from .engine.generate import Engine
+    from bolt_ros.engine.decode.generate import Engine
+    from bolt_ros.engine.device import resolve_device
     return Engine.load(args.model, n_ctx=args.ctx, threads=args.threads, progress=sys.stderr.isatty(),
                        draft=getattr(args, "draft", None), device=resolve_device(args.device), **kw)
 
 
 def _sampling(args):
-    from .engine.sampling import SamplingParams
+    from bolt_ros.engine.decode.sampling import SamplingParams
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                           repetition_penalty=args.repeat_penalty, seed=args.seed, max_tokens=args.max_tokens,
                           stop=args.stop or [])
@@ -46,7 +46,7 @@ def _sampling(args):
 
 # --- commands --------------------------------------------------------------------------------------------------------
 def cmd_inspect(args) -> int:
-    from .engine.config import config_from_gguf
+    from bolt_ros.engine.model.config import config_from_gguf
     t0 = time.perf_counter()
     with GGUFFile(resolve_model(args.model)) as gf:
         open_s = time.perf_counter() - t0
@@ -93,7 +93,7 @@ def _short(v) -> str:
 
 
 def cmd_tokenize(args) -> int:
-    from .engine.tokenizer import Tokenizer
+    from bolt_ros.engine.text.tokenizer import Tokenizer
     with GGUFFile(resolve_model(args.model)) as gf:
         tok = Tokenizer.from_gguf(gf)
     ids = tok.encode(args.text, add_bos=tok.add_bos and not args.no_bos, parse_special=args.special)
@@ -121,7 +121,7 @@ def _prompt_ids(args, engine) -> list[int]:
 
 
 def cmd_generate(args) -> int:
-    from .engine.generate import GenerationResult
+    from bolt_ros.engine.decode.generate import GenerationResult
     params = _sampling(args)  # validate before spending seconds on loading
     engine = _engine(args)
     ids = _prompt_ids(args, engine)
@@ -157,7 +157,7 @@ def cmd_logprobs(args) -> int:
 
 
 def cmd_chat(args) -> int:
-    from .engine.chat_session import ChatSession
+    from bolt_ros.engine.decode.chat_session import ChatSession
     params = _sampling(args)
     engine = _engine(args)
     chat = ChatSession(engine, system=args.system)
@@ -186,8 +186,8 @@ def cmd_chat(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .engine.bench import run_bench
-    from .engine.device import resolve_device
+    from bolt_ros.engine.bench import run_bench
+    from bolt_ros.engine.device import resolve_device
     result = run_bench(args.model, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
                        threads=args.threads, draft=args.draft, repeats=args.repeats, n_ctx=args.ctx,
                        device=resolve_device(args.device))
@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     try:
-        from .engine.testmodel import add_testmodel_parser
+        from bolt_ros.devtools.testmodel import add_testmodel_parser
     except ImportError:  # pragma: no cover - the writer is part of the package; keep the CLI usable without it
         pass
     else:

@@ -69,7 +69,7 @@ def describe_graph(args: GraphArgs) -> list[ProcessSpec]:
     procs = [ProcessSpec("assistant", "assistant_node", "bolt_ros.nodes.assistant_node:make_nodes", params)]
     if args.use_sim_robot:
         robot = args.robot_config or str(package_file("config/robot.yaml"))
-        procs.append(ProcessSpec("sim_robot", "sim_robot", "bolt_ros.nodes.sim_robot:make_sim_robot_nodes",
+        procs.append(ProcessSpec("sim_robot", "sim_robot", "bolt_ros.nodes.sim_robot_nodes:make_sim_robot_nodes",
                                  {"robot_config": robot}))
     if args.use_caption_bridge:
         procs.append(ProcessSpec("caption_bridge", "caption_bridge", "bolt_ros.nodes.caption_bridge:CaptionBridge"))

@@ -107,7 +107,7 @@ def ros():
 def real_ggufs():
     """The two real models from PyPI, opened once: {"default": Gemma 3 270M, "smollm2": SmolLM2-135M}."""
     from bolt_ros.engine.default_models import resolve_model
-    from bolt_ros.engine.gguf_file import GGUFFile
+    from bolt_ros.engine.gguf.reader import GGUFFile
 
     files = {m: GGUFFile(resolve_model(m)) for m in ("default", "smollm2")}
     yield files

@@ -32,6 +32,7 @@ from bolt_ros.assistant.conversation import Conversation
 from bolt_ros.assistant.openai_backend import OpenAIBackend
 from bolt_ros.assistant.tool_loop import ToolLoop
 from bolt_ros.assistant.tools import ToolOutcome, ToolRegistry
+from bolt_ros.engine.decode.chat_session import ChatSession
 from bolt_ros.engine.default_models import resolve_model
 from bolt_ros.graph import package_file
 
@@ -58,7 +59,7 @@ def words(text: str) -> str:
 
 def test_default_chat_model_answers_through_the_graph(ros):
     from bolt_ros.nodes.assistant_node import AssistantNode
-    from bolt_ros.nodes.sim_robot import make_sim_robot_nodes
+    from bolt_ros.nodes.sim_robot_nodes import make_sim_robot_nodes
 
     ros.add(*make_sim_robot_nodes(context=ros.context))
     assistant = ros.add(AssistantNode(product_config(**GREEDY), context=ros.context))  # backend built from config
@@ -89,7 +90,7 @@ def test_default_chat_model_answers_through_the_graph(ros):
     user = conv.history[0]["content"]
     assert "A person is in front of you, waving." in user and user.endswith(question)
     engine, sampling = assistant.backend.engine, assistant.backend.sampling
-    replay = list(engine.chat_session().stream(conv.messages()[:-1], tools=assistant.registry.openai_tools(),
+    replay = list(ChatSession(engine).stream(conv.messages()[:-1], tools=assistant.registry.openai_tools(),
                                                sampling=sampling))[-1]
     assert replay.text.strip() == r.text and replay.completion_tokens == s.completion_tokens
     assert replay.prompt_tokens == s.prompt_tokens
@@ -230,11 +231,11 @@ def test_openai_backend_cancel_mid_stream(openai_server):
 
 
 def _our_prompt_tokens(messages: list[dict], tools: list[dict]) -> int:
-    from bolt_ros.engine.chat_format import ChatFormat
-    from bolt_ros.engine.gguf_file import GGUFFile
-    from bolt_ros.engine.tokenizer import Tokenizer
+    from bolt_ros.engine.gguf.reader import GGUFFile
+    from bolt_ros.engine.text.formats import chat_format_for
+    from bolt_ros.engine.text.tokenizer import Tokenizer
 
     with GGUFFile(resolve_model("smollm2")) as gf:
         tok = Tokenizer.from_gguf(gf)
-        segments = ChatFormat.for_model(gf, tok).render(messages, tools=tools)
+        segments = chat_format_for(gf, tok).render(messages, tools=tools)
         return len(tok.encode_segments(segments, add_bos=tok.add_bos))

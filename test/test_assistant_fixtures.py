@@ -102,7 +102,7 @@ class Probe:
 def start(ros, script, *, token_delay_s: float = 0.0, **config_updates):
     """The simulated robot (the other engineer's nodes), the assistant with a scripted backend, and a probe."""
     from bolt_ros.nodes.assistant_node import AssistantNode
-    from bolt_ros.nodes.sim_robot import make_sim_robot_nodes
+    from bolt_ros.nodes.sim_robot_nodes import make_sim_robot_nodes
 
     ros.add(*make_sim_robot_nodes(context=ros.context))
     backend = ScriptedBackend(script, token_delay_s=token_delay_s)

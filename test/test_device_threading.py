@@ -9,10 +9,10 @@ import pytest
 import torch
 from sim_device import CrossDevice, SimTensor, sim_device
 
-from bolt_ros.engine import dflash_model
-from bolt_ros.engine.generate import Engine
-from bolt_ros.engine.sampling import SamplingParams
-from bolt_ros.engine.testmodel import write_random_model
+from bolt_ros.devtools.testmodel import write_random_model
+from bolt_ros.engine.decode import dflash_model
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.decode.sampling import SamplingParams
 
 PROMPT = [2, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000]
 

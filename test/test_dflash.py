@@ -20,10 +20,10 @@ from dflash.model import DFlashDraftModel, dflash_generate
 from gguf import GGUFReader, GGUFWriter
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config
 
-from bolt_ros.engine.dflash import attach_drafter
-from bolt_ros.engine.generate import Engine, Session
-from bolt_ros.engine.sampling import Sampler, SamplingParams
-from bolt_ros.engine.testmodel import write_model, write_random_model
+from bolt_ros.devtools.testmodel import write_model, write_random_model
+from bolt_ros.engine.decode.dflash import attach_drafter
+from bolt_ros.engine.decode.generate import Engine, Session
+from bolt_ros.engine.decode.sampling import Sampler, SamplingParams
 
 V, H, MASK = 49152, 64, 3  # SmolLM2 vocabulary (the llama writer's tokenizer), tiny width
 PROMPTS = [[1, 500, 600, 700, 800, 900], [1, 42, 4242, 17, 30000], [1, 7, 7, 7, 123, 9999, 31]]

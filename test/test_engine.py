@@ -8,9 +8,10 @@ import time
 import pytest
 import torch
 
-from bolt_ros.engine.generate import Engine, GenerationResult, TokenEvent
-from bolt_ros.engine.linear import HEAD_MARGIN
-from bolt_ros.engine.sampling import SamplingParams, distribution
+from bolt_ros.engine.decode.chat_session import ChatSession
+from bolt_ros.engine.decode.generate import Engine, GenerationResult, TokenEvent
+from bolt_ros.engine.decode.sampling import SamplingParams, distribution
+from bolt_ros.engine.model.linear import HEAD_MARGIN
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +141,7 @@ def test_cancel_from_another_thread(engine):
 
 
 def test_prefix_reuse_prefills_only_new_tokens(engine):
-    chat = engine.chat_session(system="You are a friendly robot. Answer in one short sentence.")
+    chat = ChatSession(engine, system="You are a friendly robot. Answer in one short sentence.")
     history = [{"role": "user", "content": "Hi! What is your name?"}]
     first = [ev for ev in chat.stream(history, sampling=SamplingParams(max_tokens=20))][-1]
     assert first.prefill_tokens == first.prompt_tokens

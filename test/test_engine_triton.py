@@ -22,13 +22,13 @@ import numpy as np
 import pytest
 import torch
 
-from bolt_ros.engine import decoders
+from bolt_ros.devtools.testmodel import ModelSpec, gemma4_rope_freqs, preset_spec, tensor_plan, write_model
 from bolt_ros.engine import device as dev
-from bolt_ros.engine.config import config_from_gguf
-from bolt_ros.engine.gguf_file import GGUFFile
-from bolt_ros.engine.model import Transformer
-from bolt_ros.engine.testmodel import ModelSpec, gemma4_rope_freqs, preset_spec, tensor_plan, write_model
-from bolt_ros.engine.weights import WeightStore
+from bolt_ros.engine.decode import decoders
+from bolt_ros.engine.gguf.reader import GGUFFile
+from bolt_ros.engine.model.config import config_from_gguf
+from bolt_ros.engine.model.transformer import Transformer
+from bolt_ros.engine.model.weights import WeightStore
 from bolt_ros.kernels import activation, attention, logits, norm, ops, qmatmul, quant_ref, rope
 
 if type(qmatmul._qgemv_kernel).__name__ != "InterpretedFunction":  # imported earlier without the interpreter

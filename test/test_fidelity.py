@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bolt_ros.engine.generate import Engine
+from bolt_ros.engine.decode.generate import Engine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -10,24 +10,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bolt_ros.engine.chat_format import (
+from bolt_ros.engine.default_models import resolve_model
+from bolt_ros.engine.gguf.reader import GGUFFile
+from bolt_ros.engine.text.chat_format import (
     ChatFormat,
     ChatFormatError,
     TextEvent,
     ThoughtEvent,
     ToolCallEvent,
 )
-from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gemma4_format import (
+from bolt_ros.engine.text.gemma4_format import (
     CONVERSATIONAL_PROMPT,
     Gemma4ChatFormat,
     Gemma4OutputParser,
     render_gemma4,
 )
-from bolt_ros.engine.gguf_file import GGUFFile
-from bolt_ros.engine.jinja_format import make_jinja_env
-from bolt_ros.engine.tokenizer import Tokenizer
-from bolt_ros.engine.tool_calls import QUOTE, format_call
+from bolt_ros.engine.text.jinja_format import make_jinja_env
+from bolt_ros.engine.text.tokenizer import Tokenizer
+from bolt_ros.engine.text.tool_calls import QUOTE, format_call
 
 TEMPLATE_PATH = Path(__file__).parent / "fixtures" / "gemma4_chat_template.jinja"
 TEMPLATE = make_jinja_env().from_string(TEMPLATE_PATH.read_text())
@@ -296,7 +296,7 @@ def test_hostile_text_tokenizes_as_plain_text(gemma3_metadata):
 def test_call_markup_never_comes_from_user_text_and_always_reaches_the_parser(gemma3_metadata, token_type):
     """Whatever the file's typing of <|tool_call>, <tool_call|>, <|"|>: a user who types a call gets plain text,
     and the model's own markup tokens decode to text for the parser (not dropped as special tokens)."""
-    from bolt_ros.engine.tokenizer import StreamDecoder
+    from bolt_ros.engine.text.tokenizer import StreamDecoder
 
     tok = gemma4_like_tokenizer(gemma3_metadata, token_type)
     fmt = Gemma4ChatFormat(tok)

@@ -18,11 +18,11 @@ import torch
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-from bolt_ros.engine.config import config_from_gguf
-from bolt_ros.engine.gguf_file import GGUFFile
-from bolt_ros.engine.model import Transformer
-from bolt_ros.engine.testmodel import write_model
-from bolt_ros.engine.weights import WeightStore
+from bolt_ros.devtools.testmodel import write_model
+from bolt_ros.engine.gguf.reader import GGUFFile
+from bolt_ros.engine.model.config import config_from_gguf
+from bolt_ros.engine.model.transformer import Transformer
+from bolt_ros.engine.model.weights import WeightStore
 
 PROMPT, DECODE, TOL = 64, 16, 1e-4
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gguf_file import GGUFError, GGUFFile, torch_shape
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile, torch_shape
 
 # --- a byte-level GGUF builder (so tests can write what no sane writer would) -------------------------------------
 
@@ -349,7 +349,7 @@ def test_ggml_type_table_is_ggmls():
     """Our size table (kept so the engine need not import gguf-py) says what gguf-py's does, for every type."""
     from gguf.constants import GGML_QUANT_SIZES
 
-    from bolt_ros.engine.ggml_types import GGML_TYPES, type_name
+    from bolt_ros.engine.gguf.types import GGML_TYPES, type_name
 
     assert {t: (QT(t).name, *GGML_QUANT_SIZES[QT(t)]) for t in GGML_TYPES} == GGML_TYPES
     assert set(GGML_TYPES) == {int(t) for t in GGML_QUANT_SIZES}

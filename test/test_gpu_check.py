@@ -30,7 +30,7 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory) -> tuple[Path, Path]:
     """A tiny gemma4 Q4_K_M target and a 1-layer random drafter, as the check writes them (smaller)."""
-    from bolt_ros.engine.testmodel import write_random_model
+    from bolt_ros.devtools.testmodel import write_random_model
 
     d = tmp_path_factory.mktemp("gpu_check_models")
     target = write_random_model(d / "t.gguf", "gemma4", "tiny", seed=0, quant="q4_k_m")

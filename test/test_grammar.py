@@ -16,11 +16,13 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from bolt_ros.engine.chat_format import TextEvent, ToolCallEvent
-from bolt_ros.engine.chat_session import ChatStats
-from bolt_ros.engine.dflash import attach_drafter
-from bolt_ros.engine.generate import Engine
-from bolt_ros.engine.grammar import (
+from bolt_ros.devtools.testmodel import write_random_model
+from bolt_ros.engine.decode.chat_session import ChatSession, ChatStats
+from bolt_ros.engine.decode.dflash import attach_drafter
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.decode.sampling import Sampler, SamplingParams
+from bolt_ros.engine.text.chat_format import TextEvent, ToolCallEvent
+from bolt_ros.engine.text.grammar import (
     GrammarError,
     gemma4_grammar,
     hermes_grammar,
@@ -28,9 +30,7 @@ from bolt_ros.engine.grammar import (
     parameters_of,
     resolve_tool_choice,
 )
-from bolt_ros.engine.jinja_format import JinjaChatFormat
-from bolt_ros.engine.sampling import Sampler, SamplingParams
-from bolt_ros.engine.testmodel import write_random_model
+from bolt_ros.engine.text.jinja_format import JinjaChatFormat
 
 QWEN_TEMPLATE = (Path(__file__).parent / "fixtures" / "qwen2_chat_template.jinja").read_text()
 VOLUME = {"type": "function", "function": {"name": "set_volume", "parameters": {
@@ -71,7 +71,7 @@ def engines(tmp_path_factory, one_thread):
 
 
 def reply(engine, tools=TOOLS, *, use_draft=False, messages=ASK, **kw):
-    session = engine.chat_session(use_draft=use_draft)
+    session = ChatSession(engine, use_draft=use_draft)
     events = list(session.stream(messages, tools=tools, **kw))
     assert isinstance(events[-1], ChatStats)
     return events[:-1], events[-1], session.last_stats

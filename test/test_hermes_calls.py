@@ -14,12 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from bolt_ros.engine.chat_format import ChatFormat, PassthroughParser, TextEvent, ToolCallEvent
 from bolt_ros.engine.default_models import ModelNotFound, resolve_model
-from bolt_ros.engine.gguf_file import GGUFFile
-from bolt_ros.engine.hermes_calls import HermesOutputParser, parse_call_body
-from bolt_ros.engine.jinja_format import JinjaChatFormat
-from bolt_ros.engine.tokenizer import USER_DEFINED, Tokenizer
+from bolt_ros.engine.gguf.reader import GGUFFile
+from bolt_ros.engine.text.chat_format import PassthroughParser, TextEvent, ToolCallEvent
+from bolt_ros.engine.text.formats import chat_format_for
+from bolt_ros.engine.text.hermes_calls import HermesOutputParser, parse_call_body
+from bolt_ros.engine.text.jinja_format import JinjaChatFormat
+from bolt_ros.engine.text.tokenizer import USER_DEFINED, Tokenizer
 
 QWEN_TEMPLATE = (Path(__file__).parent / "fixtures" / "qwen2_chat_template.jinja").read_text()
 WAVE = {"type": "function", "function": {"name": "wave", "description": "Wave a hand.",
@@ -274,7 +275,7 @@ def test_imitated_calls_in_the_prompt_stay_text(smol_tok, qwen_tok):
 
 def test_parser_and_grammar_come_from_the_template(smol_tok):
     with GGUFFile(resolve_model("smollm2")) as gf:
-        smol = ChatFormat.for_model(gf, smol_tok)
+        smol = chat_format_for(gf, smol_tok)
     assert isinstance(smol.parser(TOOLS), PassthroughParser) and smol.tool_grammar(TOOLS) is None
     qwen = JinjaChatFormat(QWEN_TEMPLATE, smol_tok)
     assert isinstance(qwen.parser(TOOLS), HermesOutputParser)

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from bolt_ros.engine import validate
-from bolt_ros.engine.config import config_from_gguf
-from bolt_ros.engine.dflash_model import draft_config_from_gguf
-from bolt_ros.engine.generate import Engine
-from bolt_ros.engine.gguf_file import GGUFError, GGUFFile
-from bolt_ros.engine.sampling import SamplingParams
+from bolt_ros.devtools.testmodel import write_random_model
+from bolt_ros.engine.decode.dflash_model import draft_config_from_gguf
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.decode.sampling import SamplingParams
+from bolt_ros.engine.gguf import validate
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile
+from bolt_ros.engine.model.config import config_from_gguf
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -191,6 +192,28 @@ def test_hostile_file_is_a_named_gguf_error(raws, corpus, tmp_path, corpus_name,
         load(path, corpus_name, corpus)
     assert path.name in str(e.value)  # the message names the file
     assert time.perf_counter() - t0 < 10
+
+
+def test_a_file_without_any_tokenizer_is_refused_by_name(tmp_path):
+    """Layout-only files (no tokenizer keys at all) pass the reader's checks but cannot make an Engine."""
+    path = write_random_model(tmp_path / "layout-only.gguf", "gemma3", "tiny", seed=1, tokenizer="none")
+    with pytest.raises(GGUFError, match=r"layout-only\.gguf: tokenizer\.ggml\.tokens is missing"):
+        Engine.load(path, n_ctx=64)
+
+
+def test_weights_that_overflow_are_refused_not_babbled(tmp_path):
+    """Finite weights whose products overflow fp32 (3e38 in an MLP) give non-finite logits: a named error at the
+    first prefill, not tokens picked from NaNs. Negative control: the same file unedited generates."""
+    import numpy as np
+
+    path = write_random_model(tmp_path / "overflow.gguf", "gemma3", "tiny", seed=2, quant="f32")
+    assert Engine.load(path, n_ctx=64).generate([2, 100, 200], SamplingParams(max_tokens=2)).completion_ids
+    with GGUFFile(path) as gf:
+        info = gf.info("blk.0.ffn_down.weight")
+    np.memmap(path, dtype=np.float32, mode="r+", offset=info.offset, shape=(info.nbytes // 4,))[:] = 3e38
+    engine = Engine.load(path, n_ctx=64)
+    with pytest.raises(GGUFError, match=r"overflow\.gguf: the model's logits are not finite"):
+        engine.generate([2, 100, 200], SamplingParams(max_tokens=2))
 
 
 def test_refused_before_any_weight_is_built(raws, corpus, tmp_path):

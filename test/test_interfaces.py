@@ -103,7 +103,7 @@ def test_every_message_type_round_trips_across_processes(ros):
 @pytest.fixture(scope="module")
 def sim_process():
     """The simulated robot as its own process, started by its real main with a parameter override."""
-    proc = subprocess.Popen([sys.executable, "-m", "bolt_ros.nodes.sim_robot", "--ros-args",
+    proc = subprocess.Popen([sys.executable, "-m", "bolt_ros.nodes.sim_robot_nodes", "--ros-args",
                              "-p", "publish_rate_hz:=50", "--log-level", "warn"], env=os.environ.copy())
     yield proc
     if proc.poll() is None:

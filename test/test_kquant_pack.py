@@ -6,7 +6,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import quants as gguf_quants
 
-from bolt_ros.engine import kquant_pack
+from bolt_ros.engine.gguf import kquant_pack
 
 
 def rel_rms(y: np.ndarray, x: np.ndarray) -> float:

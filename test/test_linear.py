@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from bolt_ros.engine import linear
-from bolt_ros.engine.gguf_file import torch_shape
-from bolt_ros.engine.linear import FAST_SCHEME, QuantEmbedding, QuantLinear
-from bolt_ros.engine.quants import GGML_BLOCK, GGMLType, dequantize, random_raw, row_nbytes
+from bolt_ros.engine.gguf.quants import GGML_BLOCK, GGMLType, dequantize, random_raw, row_nbytes
+from bolt_ros.engine.gguf.reader import torch_shape
+from bolt_ros.engine.model import linear
+from bolt_ros.engine.model.linear import FAST_SCHEME, QuantEmbedding, QuantLinear
 
 MEAN_TOL, MAX_TOL = 6e-3, 2e-2
 REAL = {  # one real tensor per type (Gemma 3 270M, SmolLM2-135M), first 256 output rows

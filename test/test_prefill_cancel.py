@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from bolt_ros.engine.generate import Engine, GenerationResult
-from bolt_ros.engine.sampling import SamplingParams
+from bolt_ros.engine.decode.generate import Engine, GenerationResult
+from bolt_ros.engine.decode.sampling import SamplingParams
 
 PROMPT_TOKENS = 3000
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from bolt_ros.engine import quants
-from bolt_ros.engine.gguf_file import torch_shape
-from bolt_ros.engine.quants import GGML_BLOCK, GGMLType, dequantize, dequantize_rows, random_raw, row_nbytes
+from bolt_ros.engine.gguf import quants
+from bolt_ros.engine.gguf.quants import GGML_BLOCK, GGMLType, dequantize, dequantize_rows, random_raw, row_nbytes
+from bolt_ros.engine.gguf.reader import torch_shape
 
 ROWS = 300  # rows sliced out of big real tensors: enough blocks to hit every code, fast to compare
 

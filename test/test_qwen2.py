@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from bolt_ros.engine.config import config_from_gguf
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.decode.sampling import SamplingParams
 from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.generate import Engine
-from bolt_ros.engine.gguf_file import GGUFFile, torch_shape
-from bolt_ros.engine.sampling import SamplingParams
+from bolt_ros.engine.gguf.reader import GGUFFile, torch_shape
+from bolt_ros.engine.model.config import config_from_gguf
 
 QWEN = "qwen2.5-coder-0.5b"  # by its own name: "default-chat" may point at another model while that choice changes
 QUESTION = [{"role": "user", "content": "What is 2 + 3? Reply with just the number."}]

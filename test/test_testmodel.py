@@ -10,9 +10,9 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader
 from gguf import quants as gguf_quants
 
-from bolt_ros.engine import testmodel as tm
+from bolt_ros.devtools import testmodel as tm
 from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gguf_file import GGUFFile, torch_shape
+from bolt_ros.engine.gguf.reader import GGUFFile, torch_shape
 
 
 def dequant(gf: GGUFFile, name: str) -> np.ndarray:

@@ -12,8 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gguf_file import GGUFError, GGUFFile
-from bolt_ros.engine.tokenizer import CONTROL, NORMAL, USER_DEFINED, Segment, StreamDecoder, Tokenizer, _byte_to_unicode
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile
+from bolt_ros.engine.text.tokenizer import (
+    CONTROL,
+    NORMAL,
+    USER_DEFINED,
+    Segment,
+    StreamDecoder,
+    Tokenizer,
+    _byte_to_unicode,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = {"gemma3": "default", "smollm2": "smollm2", "qwen2": "qwen2.5-coder-0.5b"}

@@ -63,7 +63,7 @@ def _right(expected, calls: list[tuple[str, dict] | None]) -> bool:
 @pytest.mark.slow
 def test_default_model_calls_the_right_tools_through_the_graph(ros):
     from bolt_ros.nodes.assistant_node import AssistantNode
-    from bolt_ros.nodes.sim_robot import make_sim_robot_nodes
+    from bolt_ros.nodes.sim_robot_nodes import make_sim_robot_nodes
 
     params = load_params_file(package_file("config/assistant.yaml"), "assistant_node")
     cfg = from_ros_parameters({**params, "backend.temperature": 0.0, "backend.seed": 0, "backend.max_tokens": 96})

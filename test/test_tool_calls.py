@@ -1,4 +1,4 @@
-"""Gemma 4 tool-call syntax: serializer/parser round trips and precise errors (bolt_ros/engine/tool_calls.py)."""
+"""Gemma 4 tool-call syntax: serializer/parser round trips and precise errors (bolt_ros/engine/text/tool_calls.py)."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bolt_ros.engine.tool_calls import (
+from bolt_ros.engine.text.tool_calls import (
     QUOTE,
     ToolCallSyntaxError,
     find_call_end,

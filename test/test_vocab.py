@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bolt_ros.engine.gguf_file import GGUFError, StringArray
-from bolt_ros.engine.vocab import Vocab
+from bolt_ros.engine.gguf.reader import GGUFError, StringArray
+from bolt_ros.engine.text.vocab import Vocab
 
 texts = st.text(st.characters(codec="utf-8") | st.sampled_from("▁\n \udc80\udcff"), max_size=6)
 

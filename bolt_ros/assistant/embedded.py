@@ -20,9 +20,9 @@ from bolt_ros.assistant.backend import (
     ThoughtDelta,
     ToolCallRequest,
 )
-from bolt_ros.engine.chat_format import TextEvent, ThoughtEvent, ToolCallEvent
-from bolt_ros.engine.chat_session import ChatStats
-from bolt_ros.engine.sampling import SamplingParams
+from bolt_ros.engine.decode.chat_session import ChatSession, ChatStats
+from bolt_ros.engine.decode.sampling import SamplingParams
+from bolt_ros.engine.text.chat_format import TextEvent, ThoughtEvent, ToolCallEvent
 
 
 class EmbeddedBackend:
@@ -30,16 +30,16 @@ class EmbeddedBackend:
         self.engine = engine
         self.sampling = sampling
         self.tool_choice = tool_choice
-        self.session = engine.chat_session(system=None)
+        self.session = ChatSession(engine, system=None)
         if tool_choice != "none":
             self.session.prepare_tools()  # the grammar's vocabulary view now, not in the first reply (~1.3 s, Qwen)
         self._ids = itertools.count(1)
 
     @classmethod
     def from_config(cls, cfg) -> EmbeddedBackend:
+        from bolt_ros.engine.decode.generate import Engine
         from bolt_ros.engine.default_models import resolve_model
         from bolt_ros.engine.device import resolve_device
-        from bolt_ros.engine.generate import Engine
 
         try:
             model = resolve_model(cfg.model_path)

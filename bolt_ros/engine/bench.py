@@ -10,9 +10,9 @@ import time
 import torch
 from tqdm import tqdm
 
-from .decoders import plain_decoder
-from .generate import Engine
-from .sampling import Sampler, SamplingParams
+from bolt_ros.engine.decode.decoders import plain_decoder
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.decode.sampling import Sampler, SamplingParams
 
 
 def rss_mib() -> float:

@@ -84,7 +84,7 @@ def _part_path(m: SplitModel, i: int) -> Path:
 
 def _check_header(m: SplitModel, path: Path) -> None:
     """The file's own metadata: GGUF magic and version, then architecture and vocabulary as the config reads them."""
-    from .gguf_file import GGUFFile
+    from bolt_ros.engine.gguf.reader import GGUFFile
 
     with open(path, "rb") as f:
         magic, version = f.read(4), struct.unpack("<I", f.read(4))[0]

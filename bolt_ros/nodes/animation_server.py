@@ -13,7 +13,8 @@ from rclpy.node import Node
 
 from bolt_ros.action import PlayAnimation
 from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, declare_config, run_nodes
-from bolt_ros.nodes.sim_robot import GoalRunner, SimRobot, SimRobotConfig
+from bolt_ros.nodes.goal_runner import GoalRunner
+from bolt_ros.nodes.sim_robot import SimRobot, SimRobotConfig
 from bolt_ros.robot import CANCELLED, FINISHED, Motion, animation_duration, build_animation
 from bolt_ros.srv import ListAnimations
 

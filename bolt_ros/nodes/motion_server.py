@@ -13,7 +13,8 @@ from rclpy.node import Node
 
 from bolt_ros.action import GotoPose
 from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, declare_config, run_nodes
-from bolt_ros.nodes.sim_robot import GoalRunner, SimRobot, SimRobotConfig, msg_to_pose, pose_to_msg
+from bolt_ros.nodes.goal_runner import GoalRunner
+from bolt_ros.nodes.sim_robot import SimRobot, SimRobotConfig, msg_to_pose, pose_to_msg
 from bolt_ros.robot import CANCELLED, FINISHED, LimitError, Motion, plan_goto
 
 INTERPOLATIONS = {GotoPose.Goal.INTERPOLATION_MIN_JERK: "min_jerk", GotoPose.Goal.INTERPOLATION_LINEAR: "linear",

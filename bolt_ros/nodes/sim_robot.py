@@ -1,25 +1,22 @@
 """The simulated robot: one shared joint state (the single control point) published on `joint_states`.
 
-`SimRobot` owns the MotionController that the animation and motion servers drive; `make_sim_robot_nodes` builds
-the three nodes sharing it, and `main` runs them in one process (the simulated robot of the launch graph).
+`SimRobot` owns the MotionController that the animation and motion servers drive (goal_runner.GoalRunner follows
+their goals); sim_robot_nodes.py builds the three nodes sharing it and runs them in one process.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from rclpy.action.server import ServerGoalHandle
 from rclpy.node import Node
-from rclpy.task import Future
 from sensor_msgs.msg import JointState
 
 from bolt_ros.msg import RobotPose
-from bolt_ros.nodes.common import NodeLoop, declare_config, run_nodes, wake_on_done
-from bolt_ros.robot import CANCELLED, JOINT_NAMES, Motion, MotionController, RobotConfig, load_robot_config
+from bolt_ros.nodes.common import NodeLoop, declare_config
+from bolt_ros.robot import JOINT_NAMES, MotionController, RobotConfig, load_robot_config
 
 
 class SimRobotConfig(BaseModel):
@@ -98,92 +95,3 @@ class SimRobot(Node):
         msg.position = [float(v) for v in position]
         msg.velocity = [float(v) for v in velocity]
         self._pub.publish(msg)
-
-
-@dataclass
-class _Following:
-    goal_handle: ServerGoalHandle
-    motion: Motion
-    feedback: Callable[[Motion, np.ndarray], None]
-    outcome: Future
-    next_feedback: float = 0.0
-
-
-class GoalRunner:
-    """Follows running goals until their motions end: feedback at a fixed rate, cancel requests stop the motion,
-    and `close()` (node shutdown) stops every running goal. Shared by the animation and motion servers.
-
-    The robot's control loop does the following (`tick`, every joint-state cycle), not a thread per goal: the
-    servers' execute callbacks are coroutines awaiting `follow`, so no executor thread blocks while a robot moves
-    and the nodes run on a single-threaded executor."""
-
-    def __init__(self, sim: SimRobot, node: Node, feedback_rate_hz: float):
-        self.controller = sim.controller
-        self.feedback_period = 1.0 / feedback_rate_hz
-        self.closed = threading.Event()
-        self._node = node
-        self._lock = threading.Lock()
-        self._goals: dict[bytes, _Following] = {}  # goal uuid -> its running motion
-        sim.add_tick_hook(self.tick)
-
-    def cancel(self, goal_handle: ServerGoalHandle) -> None:
-        """From the cancel callback: stop the motion right away (the next tick completes the goal)."""
-        with self._lock:
-            f = self._goals.get(bytes(goal_handle.goal_id.uuid))
-        if f is not None:
-            self.controller.cancel(f.motion, "cancel requested")
-
-    def close(self) -> None:
-        self.closed.set()
-        self.tick()
-
-    async def follow(self, goal_handle: ServerGoalHandle, motion: Motion,
-                     feedback: Callable[[Motion, np.ndarray], None]) -> str:
-        """Wait (without blocking the executor) until the motion ends; returns FINISHED / CANCELLED / PREEMPTED."""
-        f = _Following(goal_handle, motion, feedback, wake_on_done(Future(), self._node))
-        with self._lock:
-            self._goals[bytes(goal_handle.goal_id.uuid)] = f
-        self.tick()
-        return await f.outcome
-
-    def tick(self) -> None:
-        with self._lock:
-            goals = list(self._goals.items())
-        if not goals:
-            return
-        position, _ = self.controller.state()  # also finishes motions whose time is up
-        now = self.controller.now()
-        for key, f in goals:
-            if f.motion.done.is_set():
-                outcome = f.motion.outcome
-            elif f.goal_handle.is_cancel_requested or self.closed.is_set() or not f.goal_handle.is_active:
-                self.controller.cancel(f.motion, "cancel requested")
-                outcome = CANCELLED
-            else:
-                if now >= f.next_feedback:
-                    f.feedback(f.motion, position)
-                    f.next_feedback = now + self.feedback_period
-                continue
-            with self._lock:
-                self._goals.pop(key, None)
-            if not f.outcome.done():
-                f.outcome.set_result(outcome)
-
-
-def make_sim_robot_nodes(sim_config: SimRobotConfig | None = None, animation_config=None, motion_config=None,
-                         **node_kwargs) -> list[Node]:
-    """[SimRobot, AnimationServer, MotionServer] sharing one joint state; node_kwargs (context, namespace, ...)
-    go to every node."""
-    from bolt_ros.nodes.animation_server import AnimationServer
-    from bolt_ros.nodes.motion_server import MotionServer
-
-    sim = SimRobot(sim_config, **node_kwargs)
-    return [sim, AnimationServer(sim, animation_config, **node_kwargs), MotionServer(sim, motion_config, **node_kwargs)]
-
-
-def main(args: list[str] | None = None) -> None:
-    raise SystemExit(run_nodes(make_sim_robot_nodes, args))
-
-
-if __name__ == "__main__":
-    main()

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import torch
 
-from .chat_format import ChatFormat
-from .config import ModelConfig, config_from_gguf
-from .decoders import Decoder, plain_decoder
-from .default_models import resolve_model
-from .gguf_file import GGUFFile
-from .kv_cache import KVCache
-from .model import Interrupted, Transformer
-from .sampling import Sampler, SamplingParams
-from .tokenizer import StreamDecoder, Tokenizer
-from .weights import WeightStore
+from bolt_ros.engine.decode.decoders import Decoder, common_prefix, plain_decoder
+from bolt_ros.engine.decode.sampling import Sampler, SamplingParams
+from bolt_ros.engine.default_models import resolve_model
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile
+from bolt_ros.engine.model.config import ModelConfig, config_from_gguf
+from bolt_ros.engine.model.kv_cache import KVCache
+from bolt_ros.engine.model.transformer import Interrupted, Transformer
+from bolt_ros.engine.model.weights import WeightStore
+from bolt_ros.engine.text.formats import chat_format_for
+from bolt_ros.engine.text.tokenizer import StreamDecoder, Tokenizer
 
 
 @dataclass
@@ -50,16 +50,6 @@ class Timings:
         return {"load_s": round(self.load_s, 4), "prompt_tokens": self.prompt_tokens,
                 "prefill_tokens": self.prefill_tokens, "ttft_ms": round(self.ttft_s * 1e3, 3),
                 "prefill_tok_s": round(self.prefill_tok_s, 2), "decode_tok_s": round(self.decode_tok_s, 2)}
-
-
-def common_prefix(*seqs: list[int]) -> int:
-    """Length of the prefix all sequences share."""
-    n = 0
-    for items in zip(*seqs):
-        if any(x != items[0] for x in items[1:]):
-            break
-        n += 1
-    return n
 
 
 @dataclass
@@ -114,8 +104,8 @@ class Engine:
         self.cfg: ModelConfig = model.cfg
         self.n_ctx = n_ctx
         self.load_s = load_s
-        self.chat_format = ChatFormat.for_model(gf, tokenizer)
-        self.draft = None  # a DFlash drafter, attached by bolt_ros.engine.dflash
+        self.chat_format = chat_format_for(gf, tokenizer)
+        self.draft = None  # a DFlash drafter, attached by bolt_ros.engine.decode.dflash
 
     @classmethod
     def load(cls, model: str | Path, *, n_ctx: int = 4096, policy: str = "fast", threads: int | None = None,
@@ -132,15 +122,10 @@ class Engine:
         release_heap()
         engine = cls(gf, net, tok, min(n_ctx, cfg.n_ctx_train), time.perf_counter() - t0)
         if draft is not None:
-            from .dflash import attach_drafter
+            from bolt_ros.engine.decode.dflash import attach_drafter
             attach_drafter(engine, draft, policy=policy)
         engine.load_s = time.perf_counter() - t0
         return engine
-
-    def chat_session(self, system: str | None = None, **kw):
-        """A multi-turn conversation on its own KV cache (see chat_session.ChatSession)."""
-        from .chat_session import ChatSession
-        return ChatSession(self, system, **kw)
 
     # --- forward passes --------------------------------------------------------------------------------------------
     def new_session(self) -> Session:
@@ -179,7 +164,10 @@ class Engine:
             keep = min(keep, max_reuse)
         session.truncate(keep)
         session.last_prefill = len(ids) - keep
-        return self.forward(session, ids[keep:], **forward_kw)
+        logits = self.forward(session, ids[keep:], **forward_kw)
+        if not bool(torch.isfinite(logits).all()):  # finite weights whose products overflow fp32: refuse, don't babble
+            raise GGUFError(f"{self.gguf.path.name}: the model's logits are not finite (its weights overflow fp32)")
+        return logits
 
     # --- generation ------------------------------------------------------------------------------------------------
     def stream(self, prompt_ids: list[int], params: SamplingParams | None = None, *, session: Session | None = None,
@@ -202,7 +190,9 @@ class Engine:
         stops = set(self.tok.eog_ids) | set(params.stop_token_ids)
         constraint = None
         if grammar is not None:
-            from .grammar import make_constraint  # lazy: llguidance only for constrained generations
+            from bolt_ros.engine.text.grammar import (
+                make_constraint,  # lazy: llguidance only for constrained generations
+            )
             constraint = make_constraint(self.tok, grammar, stops)
         sampler = Sampler(params, constraint)
         decoder: Decoder

@@ -16,7 +16,7 @@ from enum import IntEnum
 import numpy as np
 import torch
 
-from .ggml_types import block_size, type_name
+from bolt_ros.engine.gguf.types import block_size, type_name
 
 QK_K = 256  # super-block size of the K-quants
 

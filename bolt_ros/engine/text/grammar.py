@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .tokenizer import UNUSED, Tokenizer
+from bolt_ros.engine.text.tokenizer import UNUSED, Tokenizer
 
 TOOL_CHOICES = ("auto", "required", "none")
 # JSON as json.dumps (and so the templates' `tojson`) writes it: the model then sees its own calls in the history
@@ -152,7 +152,7 @@ class _Gemma4Rules:
         if not isinstance(s, dict):
             return self.any()
         if "const" in s or "enum" in s:
-            from .tool_calls import format_value
+            from bolt_ros.engine.text.tool_calls import format_value
             values = [s["const"]] if "const" in s else list(s["enum"])
             return self.rule(" | ".join(lark_literal(format_value(v)) for v in values))
         for key in ("anyOf", "oneOf"):
@@ -198,7 +198,7 @@ class _Gemma4Rules:
 
     def members(self, s: dict) -> str:
         """`key:value,...` in the template's dictsort order; optional keys may be left out (commas stay right)."""
-        from .tool_calls import sorted_items
+        from bolt_ros.engine.text.tool_calls import sorted_items
         required = set(s.get("required") or [])
         items = [(k, v) for k, v in sorted_items(s.get("properties") or {})]
         after: dict[bool, str | None] = {True: None, False: None}  # rule for the keys that follow, by "first"

@@ -18,8 +18,8 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
-from .gguf_file import GGUFError, GGUFFile, TensorInfo, torch_shape
-from .quants import F16_FIELDS, GGML_BLOCK, GGMLType
+from bolt_ros.engine.gguf.quants import F16_FIELDS, GGML_BLOCK, GGMLType
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile, TensorInfo, torch_shape
 
 MAX_LAYERS = 1024  # real: <= 126
 MAX_EMBD = 1 << 16  # real: <= 18432

@@ -26,11 +26,11 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from .dflash_model import DFlashDraftModel, DraftCache, check_compatible, draft_config_from_gguf
-from .generate import common_prefix
-from .gguf_file import GGUFFile
-from .sampling import Sampler
-from .weights import WeightStore
+from bolt_ros.engine.decode.decoders import common_prefix
+from bolt_ros.engine.decode.dflash_model import DFlashDraftModel, DraftCache, check_compatible, draft_config_from_gguf
+from bolt_ros.engine.decode.sampling import Sampler
+from bolt_ros.engine.gguf.reader import GGUFFile
+from bolt_ros.engine.model.weights import WeightStore
 
 
 class DFlashOptions(BaseModel):

@@ -5,9 +5,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .chat_format import OutputEvent, TextEvent, ThoughtEvent, ToolCallEvent
-from .generate import Engine, GenerationResult
-from .sampling import SamplingParams
+from bolt_ros.engine.decode.generate import Engine, GenerationResult
+from bolt_ros.engine.decode.sampling import SamplingParams
+from bolt_ros.engine.text.chat_format import OutputEvent, TextEvent, ThoughtEvent, ToolCallEvent
 
 
 @dataclass
@@ -43,7 +43,9 @@ class ChatSession:
         "none" (no tools are offered; a call written anyway comes back as an error event), or OpenAI's
         {"type": "function", "function": {"name": N}} (calls of that tool only). With tools offered and a format
         that has a tool grammar, calls are schema-constrained (grammar.py) unless constrain=False."""
-        from .grammar import resolve_tool_choice  # no llguidance import: that happens only when decoding
+        from bolt_ros.engine.text.grammar import (
+            resolve_tool_choice,  # no llguidance import: that happens only when decoding
+        )
         fmt, tok = self.engine.chat_format, self.engine.tok
         callable_tools, mode = resolve_tool_choice(tools, tool_choice)
         offered = tools if mode != "none" else None
@@ -75,7 +77,7 @@ class ChatSession:
     def prepare_tools(self) -> None:
         """Build the grammar's view of the vocabulary now (0.4 s for 49k tokens, 1.3 s for Qwen's 152k, 1.9 s for
         Gemma's 262k) instead of in the first reply that offers tools. Safe to call from a background thread."""
-        from .grammar import lltokenizer
+        from bolt_ros.engine.text.grammar import lltokenizer
         lltokenizer(self.engine.tok, set(self.engine.tok.eog_ids) | set(self.engine.chat_format.stop_token_ids))
 
     def send(self, user_text: str, *, params: SamplingParams | None = None,

@@ -9,9 +9,18 @@ from typing import Protocol
 
 import torch
 
+from bolt_ros.engine.decode.sampling import Sampler
 from bolt_ros.kernels.visibility import GraphSpan
 
-from .sampling import Sampler
+
+def common_prefix(*seqs: list[int]) -> int:
+    """Length of the prefix all sequences share."""
+    n = 0
+    for items in zip(*seqs):
+        if any(x != items[0] for x in items[1:]):
+            break
+        n += 1
+    return n
 
 
 class Decoder(Protocol):

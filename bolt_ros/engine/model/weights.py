@@ -15,11 +15,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .device import kernels_on, weight_policy
-from .gguf_file import GGUFError, GGUFFile, torch_shape
-from .linear import QuantEmbedding, QuantLinear
-from .quants import dequantize
-from .validate import has_nonfinite
+from bolt_ros.engine.device import kernels_on, weight_policy
+from bolt_ros.engine.gguf.quants import dequantize
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile, torch_shape
+from bolt_ros.engine.gguf.validate import has_nonfinite
+from bolt_ros.engine.model.linear import QuantEmbedding, QuantLinear
 
 Policy = Literal["fast", "exact", "gguf"]
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .gguf_file import GGUFError, StringArray
+from bolt_ros.engine.gguf.reader import GGUFError, StringArray
 
 
 class Vocab:

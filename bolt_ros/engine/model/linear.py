@@ -1,5 +1,8 @@
 """Quantized linear layers built straight from GGUF bytes, and row-gather embeddings.
 
+(Over 400 lines on purpose: the int4 decompositions, the packers and QuantLinear's forms are one concern, a weight
+held in the form its matmul wants; split, each half would need the other's private layout rules.)
+
 `QuantLinear` keeps a weight W [out, in] in one of these forms (`scheme`):
   "f32"     dense fp32, the exact GGUF values (policy "exact": the numerical reference)
   "bf16"    dense bf16
@@ -26,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .quants import (
+from bolt_ros.engine.gguf.quants import (
     GGML_BLOCK,
     GGMLType,
     _bits,
@@ -40,7 +43,7 @@ from .quants import (
     dequantize_rows,
     row_nbytes,
 )
-from .quants import type_name as _type_name
+from bolt_ros.engine.gguf.quants import type_name as _type_name
 
 Policy = Literal["fast", "exact", "gguf"]
 Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "gguf"]

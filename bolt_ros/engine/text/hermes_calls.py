@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .chat_format import OutputEvent, OutputParser, TextEvent, ToolCallEvent
+from bolt_ros.engine.text.chat_format import OutputEvent, OutputParser, TextEvent, ToolCallEvent
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _WS = " \t\r\n"

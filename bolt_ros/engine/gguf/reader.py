@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .ggml_types import block_size, type_name
+from bolt_ros.engine.gguf.types import block_size, type_name
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

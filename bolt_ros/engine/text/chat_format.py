@@ -1,7 +1,7 @@
 """Chat formats: messages -> list[Segment] (trusted template markup + untrusted message text), and output parsers.
 
-`ChatFormat.for_model(gf, tok)` picks the format of a GGUF:
-  * arch `gemma4`                    -> `bolt_ros.engine.gemma4_format.Gemma4ChatFormat` (lazy import, built-in);
+`formats.chat_format_for(gf, tok)` picks the format of a GGUF:
+  * arch `gemma4`                    -> `bolt_ros.engine.text.gemma4_format.Gemma4ChatFormat` (lazy import, built-in);
   * `tokenizer.chat_template` present -> `jinja_format.JinjaChatFormat` (sandboxed jinja2, like HF transformers);
   * arch `gemma3` (no template)       -> `Gemma3ChatFormat`, the built-in Gemma 3 turn format.
 
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .gguf_file import GGUFFile
-from .tokenizer import Segment, Tokenizer
+from bolt_ros.engine.text.tokenizer import Segment, Tokenizer
 
 Message = dict  # {"role": "system"|"user"|"assistant"|"tool", "content": str, "tool_calls"?: [...], ...}
 
@@ -76,7 +75,7 @@ class ChatFormat:
     """Renders a conversation into Segments. Subclasses set tok, stop_token_ids and stop_strings.
 
     Extension point: a new built-in format subclasses ChatFormat with the same render() signature and is added to
-    `for_model` (Gemma 4 lives in gemma4_format.py and is constructed as `Gemma4ChatFormat(tok)`).
+    `formats.chat_format_for` (Gemma 4 lives in gemma4_format.py and is constructed as `Gemma4ChatFormat(tok)`).
     """
 
     tok: Tokenizer | None
@@ -86,21 +85,6 @@ class ChatFormat:
     # markup the output parser reads from the model's own reply: decoded to text for it even where the file types
     # the token CONTROL (the parser turns it into events; it never reaches speech)
     output_markup: tuple[str, ...] = ()
-
-    @classmethod
-    def for_model(cls, gf: GGUFFile, tok: Tokenizer) -> ChatFormat:
-        arch = gf.arch()
-        if arch == "gemma4":
-            from .gemma4_format import Gemma4ChatFormat  # lazy: only Gemma 4 models need it
-            return Gemma4ChatFormat(tok)
-        template = gf.metadata.get("tokenizer.chat_template")
-        if isinstance(template, str) and template.strip():
-            from .jinja_format import JinjaChatFormat  # lazy: jinja2 only for models that bring a template
-            return JinjaChatFormat(template, tok)
-        if arch in ("gemma3", "gemma2", "gemma"):
-            return Gemma3ChatFormat(tok)
-        raise ChatFormatError(f"{gf.path.name}: no tokenizer.chat_template and no built-in chat format for "
-                              f"architecture {arch!r}")
 
     def render(self, messages: list[Message], *, tools: list[dict] | None = None,
                add_generation_prompt: bool = True, enable_thinking: bool = False) -> list[Segment]:

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from bolt_ros.engine.gguf.reader import GGUFError
+from bolt_ros.engine.model.config import ModelConfig
+from bolt_ros.engine.model.kv_cache import KVCache
+from bolt_ros.engine.model.linear import QuantLinear
+from bolt_ros.engine.model.weights import WeightStore
 from bolt_ros.kernels import ops
 from bolt_ros.kernels.rope import RopeAngles
-
-from .config import ModelConfig
-from .gguf_file import GGUFError
-from .kv_cache import KVCache
-from .linear import QuantLinear
-from .weights import WeightStore
 
 
 class Interrupted(Exception):

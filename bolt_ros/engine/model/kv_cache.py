@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import ModelConfig
+from bolt_ros.engine.model.config import ModelConfig
 
 
 class LayerCache:

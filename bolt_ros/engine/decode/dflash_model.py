@@ -21,13 +21,9 @@ import torch
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from torch import nn
 
-from bolt_ros.kernels import ops
-from bolt_ros.kernels.rope import RopeAngles
-
-from . import validate, validate_tokenizer
-from .gguf_file import GGUFError, GGUFFile
-from .model import Rope, Transformer
-from .validate import (
+from bolt_ros.engine.gguf import validate, validate_tokenizer
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile
+from bolt_ros.engine.gguf.validate import (
     MAX_ATTN_WIDTH,
     MAX_BLOCK,
     MAX_CONTEXT,
@@ -42,7 +38,10 @@ from .validate import (
     PerLayer,
     Real,
 )
-from .weights import WeightStore
+from bolt_ros.engine.model.transformer import Rope, Transformer
+from bolt_ros.engine.model.weights import WeightStore
+from bolt_ros.kernels import ops
+from bolt_ros.kernels.rope import RopeAngles
 
 ENC_NORM_NAMES = ("enc.output_norm.weight", "hidden_norm.weight")
 

@@ -1,4 +1,7 @@
-"""Tokenizers built from GGUF metadata alone: SentencePiece-with-scores (`llama`), GPT-2 byte-level BPE (`gpt2`, with
+"""(Over 400 lines on purpose: the special-token partition, SPM, BPE and the streaming decoder share one vocabulary
+view and one set of token-type rules, and must change together to keep ids equal to llama.cpp's.)
+
+Tokenizers built from GGUF metadata alone: SentencePiece-with-scores (`llama`), GPT-2 byte-level BPE (`gpt2`, with
 the GPT-2, digits+GPT-2 (SmolLM) and Qwen2 pre-tokenizers) and Gemma 4's SentencePiece-style BPE (`gemma4`).
 
 Both follow llama.cpp's `llama-vocab.cpp` so that ids match it exactly:
@@ -34,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from bolt_ros.engine.gguf_file import GGUFError, GGUFFile, StringArray
-from bolt_ros.engine.vocab import Vocab
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile, StringArray
+from bolt_ros.engine.text.vocab import Vocab
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -325,7 +328,12 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, gf: GGUFFile) -> Tokenizer:
-        return cls.from_metadata(gf.metadata)
+        try:
+            return cls.from_metadata(gf.metadata)
+        except GGUFError as e:  # from_metadata knows keys, not files: name the file
+            if gf.path.name in str(e):
+                raise
+            raise GGUFError(f"{gf.path.name}: {e}") from None
 
     @classmethod
     def from_metadata(cls, md: dict[str, Any]) -> Tokenizer:

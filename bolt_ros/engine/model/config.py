@@ -10,9 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import validate, validate_tokenizer
-from .gguf_file import GGUFError, GGUFFile
-from .validate import (
+from bolt_ros.engine.gguf import validate, validate_tokenizer
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile
+from bolt_ros.engine.gguf.validate import (
     MAX_CONTEXT,
     MAX_EMBD,
     MAX_FF,

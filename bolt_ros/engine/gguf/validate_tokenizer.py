@@ -12,8 +12,8 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from .gguf_file import GGUFError, GGUFFile, StringArray
-from .validate import MAX_VOCAB, Int, read_metadata, short
+from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile, StringArray
+from bolt_ros.engine.gguf.validate import MAX_VOCAB, Int, read_metadata, short
 
 
 def _strings(v: Any) -> Any:
@@ -92,7 +92,9 @@ def check_tokenizer(gf: GGUFFile) -> TokenizerMeta:
 
 def _check_tokenizer_model(gf: GGUFFile, meta: TokenizerMeta) -> None:
     """What tokenizer.Tokenizer refuses, checked here so that the message names the file."""
-    from .tokenizer import _BPE_PRE  # the pre-tokenizers it implements (not copied: they must stay in step)
+    from bolt_ros.engine.text.tokenizer import (
+        _BPE_PRE,  # the pre-tokenizers it implements (not copied: they must stay in step)
+    )
 
     name, model = gf.path.name, meta.tok_model
     if model not in ("llama", "gpt2", "gemma4"):
@@ -168,7 +170,7 @@ def _duplicate(tokens: StringArray) -> tuple[int, int] | None:
 
 
 def check_chat_template(gf: GGUFFile, arch: str, meta: TokenizerMeta) -> None:
-    """The chat format Engine will pick (chat_format.ChatFormat.for_model) must be buildable: a template that compiles
+    """The chat format Engine will pick (text.formats.chat_format_for) must be buildable: a template that compiles
     in the sandbox, or an architecture with a built-in format. Only for files with a tokenizer (layout-only test files
     have none and never reach an Engine)."""
     if meta.tokens is None or arch == "gemma4":  # Gemma 4's format is built in and ignores the template
@@ -181,7 +183,7 @@ def check_chat_template(gf: GGUFFile, arch: str, meta: TokenizerMeta) -> None:
         return
     import jinja2  # lazy, like jinja_format: only for models that bring a template
 
-    from .jinja_format import make_jinja_env
+    from bolt_ros.engine.text.jinja_format import make_jinja_env
     try:
         make_jinja_env().from_string(template)
     except (jinja2.TemplateError, RecursionError) as e:

@@ -1,5 +1,8 @@
 """Gemma 4 (and Nemotron Bolt E4B) chat format: prompt rendering and streaming output parsing.
 
+(Over 400 lines on purpose: the renderer and the streaming parser are the two directions of one markup, and its
+quirks - channels, `<|"|>` strings, tool responses - must be written and read the same way in one place.)
+
 Rendering mirrors the Gemma 4 chat template shipped in GGUF files (llama.cpp models/templates/gemma4.jinja,
 saved as test/fixtures/gemma4_chat_template.jinja; test_gemma4_format.py renders both and compares), including
 its quirks, so prompts are token-identical to what the model was served with elsewhere. The differences are
@@ -23,9 +26,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .chat_format import ChatFormat, ChatFormatError, TextEvent, ThoughtEvent, ToolCallEvent, message_text
-from .tokenizer import Segment
-from .tool_calls import (
+from bolt_ros.engine.text.chat_format import (
+    ChatFormat,
+    ChatFormatError,
+    TextEvent,
+    ThoughtEvent,
+    ToolCallEvent,
+    message_text,
+)
+from bolt_ros.engine.text.tokenizer import Segment
+from bolt_ros.engine.text.tool_calls import (
     CALL_PREFIX,
     QUOTE,
     ToolCallSyntaxError,
@@ -579,5 +589,5 @@ class Gemma4ChatFormat(ChatFormat):
         return Gemma4OutputParser(tools=tools)
 
     def tool_grammar(self, tools: list[dict], mode: str = "auto") -> str:
-        from .grammar import gemma4_grammar  # lazy: only constrained generations need it
+        from bolt_ros.engine.text.grammar import gemma4_grammar  # lazy: only constrained generations need it
         return gemma4_grammar(tools, mode)

@@ -18,7 +18,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .chat_format import (
+from bolt_ros.engine.text.chat_format import (
     ChatFormat,
     ChatFormatError,
     Message,
@@ -27,7 +27,7 @@ from .chat_format import (
     _check_messages,
     _normalize,
 )
-from .tokenizer import Segment, Tokenizer
+from bolt_ros.engine.text.tokenizer import Segment, Tokenizer
 
 
 def _raise_exception(message: str):
@@ -111,13 +111,13 @@ class JinjaChatFormat(ChatFormat):
     def parser(self, tools: list | None = None) -> OutputParser:
         if not self.supports_tools:
             return PassthroughParser()
-        from .hermes_calls import HermesOutputParser  # lazy, like the format itself
+        from bolt_ros.engine.text.hermes_calls import HermesOutputParser  # lazy, like the format itself
         return HermesOutputParser(tools=tools)
 
     def tool_grammar(self, tools: list[dict], mode: str = "auto") -> str | None:
         if not (self.supports_tools and "<tool_call>" in self.source):
             return None  # a template with another call syntax: unconstrained (the parser still reads bare JSON)
-        from .grammar import hermes_grammar
+        from bolt_ros.engine.text.grammar import hermes_grammar
         return hermes_grammar(tools, mode)
 
     # -- helpers -------------------------------------------------------------------------------------------------

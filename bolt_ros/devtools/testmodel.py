@@ -1,5 +1,8 @@
 """GGUF writer for test models: gemma3, gemma4, llama and dflash drafters, from a state dict or random weights.
 
+(Over 400 lines on purpose: one table of names, shapes and converter transforms per architecture, read by the
+writer, the random-weight maker and the layout checks alike. A dev tool: the runtime never imports it.)
+
 Files use llama.cpp's key and tensor names (the ones `convert_hf_to_gguf.py` writes), so llama.cpp, gguf-py,
 transformers' GGUF loader and our engine all read them.
 
@@ -40,8 +43,8 @@ from gguf import GGUFValueType as VT
 from gguf.constants import GGML_QUANT_SIZES
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from bolt_ros.engine import kquant_pack
-from bolt_ros.engine.gguf_file import GGUFFile, StringArray
+from bolt_ros.engine.gguf import kquant_pack
+from bolt_ros.engine.gguf.reader import GGUFFile, StringArray
 
 Arch = Literal["gemma3", "gemma4", "llama", "dflash"]
 Quant = Literal["f32", "f16", "q8_0", "q4_k_m"]
@@ -731,7 +734,7 @@ def run_testmodel(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m bolt_ros.engine.testmodel --arch gemma3 --out x.gguf
+if __name__ == "__main__":  # python -m bolt_ros.devtools.testmodel --arch gemma3 --out x.gguf
     parser = argparse.ArgumentParser(prog="testmodel")
     sub = parser.add_subparsers()
     add_testmodel_parser(sub)

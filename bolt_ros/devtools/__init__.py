@@ -1,0 +1,1 @@
+"""Tools for tests and benchmarks (test-model writers); never imported by the runtime."""

@@ -1,0 +1,1 @@
+"""Decoding: the engine (load, prefill, stream), sampling, decoders (plain, CUDA graph, DFlash), chat sessions."""

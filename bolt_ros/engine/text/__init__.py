@@ -1,0 +1,1 @@
+"""Text: vocabularies, tokenizers, chat formats, tool-call parsers and the tool-call grammar."""
