@@ -1,10 +1,15 @@
-"""DFlash on CPU: tokens per target pass and wall-clock speedup vs plain decoding, plus the greedy losslessness check.
+"""DFlash on CPU: tokens per target pass and wall-clock decode speed vs plain decoding in the same run, and the greedy
+losslessness check, over a prompt set.
 
-    python bench/bench_dflash.py [--target default] [--draft D.gguf] [--tokens 64] [--threads N] [--n-max 7]
+    python bench/bench_dflash.py [--target default-chat] [--draft D.gguf] [--prompts assistant|text] [--tokens 64]
+                                 [--threads N] [--n-max 7] [--fixed] [--json]
 
-Without --draft a random drafter (5 layers, the test-model writer) is written for the target first. A random drafter
-is accepted almost never, so this measures the *cost* side: one drafter pass plus one B-row verify pass per committed
-token, against one single-token pass in plain decoding. Greedy output with and without the drafter must be equal.
+--prompts assistant (the default): the held-out utterances of bolt_ros/train/prompts.py (none used in training),
+rendered as the assistant renders them (system prompt, tools). --prompts text: one plain text continuation.
+Without --draft a random drafter (the test-model writer) is written for the target first: that measures the cost
+side (a random drafter is accepted almost never). --fixed turns the adaptive policy off (whole blocks every step).
+Reported: committed tokens per target pass and decode tok/s of both runs summed over the set, the slowest prompt's
+speed ratio, and per-prompt figures. Exit 1 if any greedy output differs from plain decoding.
 """
 from __future__ import annotations
 
@@ -17,21 +22,35 @@ from pathlib import Path
 
 import torch
 
-from bolt_ros.devtools.testmodel import write_random_model
 from bolt_ros.engine.decode.generate import Engine
 from bolt_ros.engine.decode.sampling import SamplingParams
 from bolt_ros.engine.default_models import resolve_model
 
-PROMPT = "The robot arm moved slowly toward the red cube on the table, and then"
+TEXT_PROMPT = "The robot arm moved slowly toward the red cube on the table, and then"
+
+
+def _prompts(engine: Engine, kind: str) -> list[tuple[str, list[int]]]:
+    if kind == "text":
+        return [(TEXT_PROMPT, engine.tok.encode(TEXT_PROMPT, add_bos=engine.tok.add_bos))]
+    from bolt_ros.train.prompts import HELD_OUT, assistant_messages
+
+    out = []
+    for u in HELD_OUT:
+        messages, tools = assistant_messages(u)
+        ids = engine.tok.encode_segments(engine.chat_format.render(messages, tools=tools), add_bos=engine.tok.add_bos)
+        out.append((u, ids))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="default", help="target GGUF or a default-model name (Gemma 3 270M)")
-    ap.add_argument("--draft", help="drafter GGUF (default: write a random 5-layer drafter for the target)")
+    ap.add_argument("--target", default="default-chat", help="target GGUF or a default-model name")
+    ap.add_argument("--draft", help="drafter GGUF (default: write a random drafter for the target)")
     ap.add_argument("--layers", type=int, default=5, help="layers of the random drafter")
+    ap.add_argument("--prompts", choices=["assistant", "text"], default="assistant")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--n-max", type=int, default=None, help="drafts per step (default block_size-1)")
+    ap.add_argument("--fixed", action="store_true", help="whole blocks every step (no adaptive drafting, no p_min)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -42,40 +61,58 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory()
     draft = args.draft
     if draft is None:
+        from bolt_ros.devtools.testmodel import write_random_model
+
         draft = str(Path(tmp.name) / "random-drafter.gguf")
         t0 = time.perf_counter()
         write_random_model(draft, "dflash", target=target, layers=args.layers, seed=0)
         print(f"wrote a random {args.layers}-layer drafter in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    engine = Engine.load(target, draft=None, n_ctx=1024)
-    from bolt_ros.engine.decode.dflash import attach_drafter
-    attach_drafter(engine, draft, n_max=args.n_max)
-    ids = engine.tok.encode(PROMPT, add_bos=engine.tok.add_bos)
-    params = SamplingParams(max_tokens=args.tokens)
+    options = {"n_max": args.n_max} | ({"adaptive": False, "p_min": 0.0} if args.fixed else {})
+    engine = Engine.load(target, draft=draft, n_ctx=4096, draft_options=options)
+    stops = sorted(set(engine.chat_format.stop_token_ids))
+    params = SamplingParams(max_tokens=args.tokens, stop_token_ids=stops)
+    prompts = _prompts(engine, args.prompts)
+    engine.generate(prompts[0][1][:8], SamplingParams(max_tokens=2), use_draft=False)  # warm-up
 
-    engine.generate(ids[:4], SamplingParams(max_tokens=2), use_draft=False)  # warm-up
-    plain = engine.generate(ids, params, use_draft=False)
-    spec = engine.generate(ids, params)
-    out = {
-        "target": Path(target).name, "draft": Path(draft).name, "threads": torch.get_num_threads(),
-        "prompt_tokens": len(ids), "completion_tokens": len(spec.completion_ids),
-        "greedy_equal": plain.completion_ids == spec.completion_ids,
-        "plain_decode_tok_s": round(plain.timings.decode_tok_s, 2),
-        "spec_decode_tok_s": round(spec.timings.decode_tok_s, 2),
-        "speedup": round(spec.timings.decode_tok_s / plain.timings.decode_tok_s, 3)
-        if plain.timings.decode_tok_s else None,
-        "plain_ms_per_token": round(1e3 * plain.timings.decode_s / max(1, plain.timings.decode_tokens), 2),
-        "spec": spec.spec,
-    }
+    rows, equal = [], True
+    sums = {"plain_s": 0.0, "spec_s": 0.0, "plain_tok": 0, "spec_tok": 0, "committed": 0, "passes": 0}
+    for text, ids in prompts:
+        plain = engine.generate(ids, params, use_draft=False)
+        spec = engine.generate(ids, params)
+        same = plain.completion_ids == spec.completion_ids
+        equal &= same
+        s = spec.spec
+        sums["plain_s"] += plain.timings.decode_s
+        sums["spec_s"] += spec.timings.decode_s
+        sums["plain_tok"] += plain.timings.decode_tokens
+        sums["spec_tok"] += spec.timings.decode_tokens
+        sums["committed"] += len(spec.completion_ids) - 1  # the first token comes from the prefill
+        sums["passes"] += s["target_passes"]
+        ratio = (spec.timings.decode_tok_s / plain.timings.decode_tok_s) if plain.timings.decode_tok_s else None
+        rows.append({"prompt": text, "tokens": len(spec.completion_ids), "greedy_equal": same,
+                     "tokens_per_pass": s["tokens_per_pass"], "speed_ratio": round(ratio, 3) if ratio else None,
+                     "plain_tok_s": round(plain.timings.decode_tok_s, 2),
+                     "spec_tok_s": round(spec.timings.decode_tok_s, 2), "drafter_passes": s["drafter_passes"],
+                     "draft_ms_per_pass": s["draft_ms_per_pass"], "verify_ms_per_pass": s["verify_ms_per_pass"]})
+    plain_rate = sums["plain_tok"] / sums["plain_s"] if sums["plain_s"] else 0.0
+    spec_rate = sums["spec_tok"] / sums["spec_s"] if sums["spec_s"] else 0.0
+    out = {"target": Path(target).name, "draft": Path(draft).name, "threads": torch.get_num_threads(),
+           "prompts": len(prompts), "adaptive": not args.fixed, "greedy_equal": equal,
+           "tokens_per_pass": round(sums["committed"] / sums["passes"], 3) if sums["passes"] else 1.0,
+           "plain_decode_tok_s": round(plain_rate, 2), "spec_decode_tok_s": round(spec_rate, 2),
+           "speedup": round(spec_rate / plain_rate, 3) if plain_rate else None,
+           "slowest_prompt_ratio": min((r["speed_ratio"] for r in rows if r["speed_ratio"]), default=None),
+           "per_prompt": rows}
     if args.json:
         print(json.dumps(out))
     else:
         for k, v in out.items():
-            print(f"{k:>20}: {v}")
-    if not out["greedy_equal"]:
-        first = next(i for i, (a, b) in enumerate(zip(plain.completion_ids, spec.completion_ids)) if a != b)
-        print(f"MISMATCH at completion token {first}", file=sys.stderr)
-        return 1
-    return 0
+            if k != "per_prompt":
+                print(f"{k:>22}: {v}")
+        for r in rows:
+            print(f"  {r['tokens_per_pass']:5.2f} tok/pass  x{r['speed_ratio']}  {r['prompt'][:50]!r}"
+                  f"{'' if r['greedy_equal'] else '  MISMATCH'}")
+    return 0 if equal else 1
 
 
 if __name__ == "__main__":

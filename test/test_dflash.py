@@ -102,7 +102,10 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(models):
-    return {k: Engine.load(models[k][2], draft=models[k][3], n_ctx=512) for k in ("random", "agree")}
+    # the fixed policy: every step drafts a whole block, as the z-lab reference does
+    fixed = {"adaptive": False, "p_min": 0.0}
+    return {k: Engine.load(models[k][2], draft=models[k][3], n_ctx=512, draft_options=fixed)
+            for k in ("random", "agree")}
 
 
 def _run(engine: Engine, prompt: list[int], n_steps: int, params: SamplingParams | None = None, session=None):
@@ -353,11 +356,11 @@ def test_layout_variants_and_options(models, engines, tmp_path):
     base, _, _ = _run(engine, PROMPTS[0], 6)
     old = tmp_path / "old-names.gguf"  # older converters: hidden_norm.weight
     _copy_gguf(draft, old, rename={"enc.output_norm.weight": "hidden_norm.weight"})
-    attach_drafter(engine, old)
+    attach_drafter(engine, old, adaptive=False, p_min=0.0)
     assert _run(engine, PROMPTS[0], 6)[0] == base
     attach_drafter(engine, draft, n_max=100)
     assert engine.draft.n_max == 7
-    attach_drafter(engine, draft, n_max=3)
+    attach_drafter(engine, draft, n_max=3, adaptive=False, p_min=0.0)
     _, log, stats = _run(engine, PROMPTS[0], 6)
     assert stats["n_max"] == 3 and all(len(d) == 3 for d, _ in log)
     attach_drafter(engine, draft, embedding_scale="sqrt")
@@ -366,7 +369,7 @@ def test_layout_variants_and_options(models, engines, tmp_path):
     _copy_gguf(draft, scaled, set_kv={"dflash.embedding_scale": (2.5, VT.FLOAT32, None)})
     assert attach_drafter(engine, scaled).model.embedding_scale == 2.5
     assert attach_drafter(engine, scaled, embedding_scale="none").model.embedding_scale == 1.0
-    attach_drafter(engine, draft)
+    attach_drafter(engine, draft, adaptive=False, p_min=0.0)  # the module's engines stay on the fixed policy
 
 
 def test_rejects_mismatched_drafters(models, tmp_path):
@@ -402,3 +405,62 @@ def _small_draft_state(target_hidden: int) -> dict:
     for k, shape in shapes.items():
         s[f"layers.0.{k}"] = torch.randn(*shape, generator=g)
     return s
+
+
+# --- adaptive drafting ----------------------------------------------------------------------------------------------
+def test_adaptive_policy_shrinks_backs_off_and_recovers():
+    from bolt_ros.engine.decode.draft_policy import MAX_BACKOFF, AdaptiveDraft
+
+    p = AdaptiveDraft(7)
+    assert p.next_n() == 7
+    p.update(7, 7, 6)  # one short: still whole blocks (the average moves, not the last count)
+    assert p.next_n() == 7
+    for _ in range(8):  # acceptance falls to 1 per step: the draft follows it down to 1 + MARGIN
+        n = p.next_n()
+        p.update(n, n, 1)
+    assert p.next_n() == 3
+    plain = 0
+    for _ in range(300):  # a drafter that is never accepted: probes get rarer, up to one per MAX_BACKOFF steps
+        n = p.next_n()
+        plain += n == 0
+        p.update(n, n, 0)
+    assert plain > 250 and p.next_backoff == MAX_BACKOFF
+    while (n := p.next_n()) == 0:
+        pass
+    assert n == 2  # a probe: the average has decayed to 0
+    p.update(n, n, n)
+    for _ in range(10):  # probes accepted again: drafting resumes and grows back to whole blocks
+        n = p.next_n()
+        p.update(n, n, n)
+    assert p.next_n() == 7 and p.next_backoff == 1
+
+
+def test_adaptive_drafting_is_lossless_and_cheap_with_a_useless_drafter(models):
+    """Random drafter: the adaptive policy stops paying for drafts (few drafter passes), output equals plain."""
+    engine = Engine.load(models["random"][2], draft=models["random"][3], n_ctx=512)
+    assert engine.draft.options.adaptive
+    for prompt in PROMPTS[:2]:
+        plain = engine.generate(prompt, SamplingParams(max_tokens=48), use_draft=False)
+        spec = engine.generate(prompt, SamplingParams(max_tokens=48))
+        assert spec.completion_ids == plain.completion_ids
+        assert spec.spec["drafter_passes"] <= 0.3 * spec.spec["target_passes"], spec.spec
+
+
+def test_adaptive_drafting_keeps_whole_blocks_with_an_agreeing_drafter(models, engines):
+    fixed = engines["agree"].generate(PROMPTS[0], SamplingParams(max_tokens=48))
+    # p_min off: this random echo model agrees with its drafter on the argmax, from a flat distribution
+    engine = Engine.load(models["agree"][2], draft=models["agree"][3], n_ctx=512, draft_options={"p_min": 0.0})
+    adaptive = engine.generate(PROMPTS[0], SamplingParams(max_tokens=48))
+    assert adaptive.completion_ids == fixed.completion_ids
+    assert adaptive.spec["tokens_per_pass"] >= 0.8 * fixed.spec["tokens_per_pass"], (adaptive.spec, fixed.spec)
+
+
+def test_p_min_ends_a_draft_at_the_first_unsure_slot(models, engines):
+    """The same drafter's slots are below 0.999 confidence: every draft is cut to nothing, output unchanged."""
+    fixed = engines["agree"].generate(PROMPTS[0], SamplingParams(max_tokens=24))
+    engine = Engine.load(models["agree"][2], draft=models["agree"][3], n_ctx=512,
+                         draft_options={"adaptive": False, "p_min": 0.999})
+    cut = engine.generate(PROMPTS[0], SamplingParams(max_tokens=24))
+    assert cut.completion_ids == fixed.completion_ids
+    assert cut.spec["drafted"] == 0 and cut.spec["tokens_per_pass"] == 1.0
+    assert cut.spec["drafter_passes"] == cut.spec["target_passes"]  # every step drafted, and every draft was cut

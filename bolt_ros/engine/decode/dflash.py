@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bolt_ros.engine.decode.decoders import common_prefix
 from bolt_ros.engine.decode.dflash_model import DFlashDraftModel, DraftCache, check_compatible, draft_config_from_gguf
+from bolt_ros.engine.decode.draft_policy import AdaptiveDraft, FixedDraft
 from bolt_ros.engine.decode.sampling import Sampler
 from bolt_ros.engine.gguf.reader import GGUFFile
 from bolt_ros.engine.model.weights import WeightStore
@@ -37,6 +38,10 @@ class DFlashOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     n_max: int | None = Field(None, ge=1, description="drafts per step; None or > block_size-1 = block_size-1")
+    adaptive: bool = Field(True, description="shrink the draft while acceptance is low and back off to plain steps "
+                                             "while nothing is accepted (draft_policy.AdaptiveDraft)")
+    p_min: float = Field(0.1, ge=0.0, lt=1.0, description="a draft ends before the first slot whose drafter "
+                                                          "probability is below this (0 = never)")
     embedding_scale: float | Literal["gguf", "none", "sqrt"] = Field(
         "gguf", description="drafter input embedding scale: 'gguf' = dflash.embedding_scale if the file has it, "
                             "else unscaled (llama.cpp); 'none' = 1; 'sqrt' = sqrt(hidden) (HF-style training)")
@@ -61,6 +66,7 @@ class Drafter:
         self.model, self.options, self.path = model, options, path
         cfg = model.cfg
         self.n_max = min(options.n_max or cfg.block_size - 1, cfg.block_size - 1)
+        self.p_min = options.p_min
         self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @property
@@ -93,6 +99,7 @@ class DFlashDecoder:
         self.log: list[tuple[list[int], int]] = []  # per step: (drafted tokens, accepted count)
         self.draft_s = self.verify_s = 0.0
         self.committed = 0
+        self.policy = AdaptiveDraft(drafter.n_max) if drafter.options.adaptive else FixedDraft(drafter.n_max)
 
     # --- target passes with feature capture --------------------------------------------------------------------
     def _inject(self, hidden: dict[int, torch.Tensor], tokens: list[int]) -> None:
@@ -114,10 +121,10 @@ class DFlashDecoder:
             self.pending = self.sampler.sample(self.logits, recent)
             return [self.pending]
         start = self.session.cache.n_past
-        n = min(self.drafter.n_max, self.engine.n_ctx - start - 1)
+        n = min(self.policy.next_n(), self.engine.n_ctx - start - 1)
         anchor = self.pending
         t0 = time.perf_counter()
-        drafts = self._draft(anchor, n) if n > 0 else []
+        drafts = self._draft(anchor, n) if n > 0 else []  # none: a plain step (the drafter's context still grows)
         t1 = time.perf_counter()
         block = [anchor, *drafts]
         out = self.model(torch.tensor(block, dtype=torch.long), self.session.cache, logits="all",
@@ -130,6 +137,8 @@ class DFlashDecoder:
         self.verify_s += time.perf_counter() - t1
         self.draft_s += t1 - t0
         self.log.append((drafts, a))
+        self.policy.update(n, len(drafts), a)
+        self.policy.observe(n, time.perf_counter() - t0, len(new))
         self.committed += len(new)
         self.pending = new[-1]
         return new
@@ -137,7 +146,13 @@ class DFlashDecoder:
     def _draft(self, anchor: int, n: int) -> list[int]:
         mask = self.drafter.model.cfg.mask_token_id
         logits = self.drafter.model.draft_logits([anchor] + [mask] * n, self.state.cache)  # [n, vocab]
-        drafts = logits.argmax(-1).tolist()  # greedy drafts, as llama.cpp and the reference do
+        if self.drafter.p_min > 0:  # keep the leading slots the drafter is confident of
+            p, ids = torch.softmax(logits.float(), dim=-1).max(dim=-1)  # [n]
+            sure = (p >= self.drafter.p_min).tolist()
+            keep = sure.index(False) if False in sure else n
+            drafts = ids[:keep].tolist()
+        else:
+            drafts = logits.argmax(-1).tolist()  # greedy drafts, as llama.cpp and the reference do
         constraint = self.sampler.constraint
         return constraint.repair_drafts(drafts) if constraint is not None else drafts
 
@@ -176,6 +191,8 @@ class DFlashDecoder:
             "method": "dflash", "block_size": self.drafter.model.cfg.block_size, "n_max": self.drafter.n_max,
             "embedding_scale": self.drafter.model.embedding_scale,
             "target_passes": steps, "drafted": drafted, "accepted": accepted,
+            "drafter_passes": sum(1 for d, _ in self.log if d) + self.policy.cut_passes,
+            "adaptive": self.drafter.options.adaptive, "p_min": self.drafter.p_min,
             "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
             "tokens_per_pass": round(self.committed / steps, 4) if steps else 1.0,
             "accept_hist": hist,  # accept_hist[a] = steps that accepted a drafts

@@ -67,6 +67,7 @@ class GenerationResult:
     timings: Timings
     spec: dict | None = None  # speculative decoding statistics
     grammar: dict | None = None  # constrained decoding statistics (grammar.Constraint.stats)
+    stop_token: int | None = None  # the end-of-generation token that ended it (finish "eos"; not in completion_ids)
 
 
 class Session:
@@ -109,7 +110,9 @@ class Engine:
 
     @classmethod
     def load(cls, model: str | Path, *, n_ctx: int = 4096, policy: str = "fast", threads: int | None = None,
-             draft: str | Path | None = None, progress: bool = False, device: str = "cpu") -> Engine:
+             draft: str | Path | None = None, progress: bool = False, device: str = "cpu",
+             draft_options: dict | None = None) -> Engine:
+        """draft_options: dflash.DFlashOptions fields (n_max, adaptive, p_min, embedding_scale)."""
         if threads:
             torch.set_num_threads(threads)
         t0 = time.perf_counter()
@@ -123,7 +126,7 @@ class Engine:
         engine = cls(gf, net, tok, min(n_ctx, cfg.n_ctx_train), time.perf_counter() - t0)
         if draft is not None:
             from bolt_ros.engine.decode.dflash import attach_drafter
-            attach_drafter(engine, draft, policy=policy)
+            attach_drafter(engine, draft, policy=policy, **(draft_options or {}))
         engine.load_s = time.perf_counter() - t0
         return engine
 
@@ -216,6 +219,7 @@ class Engine:
         t.prefill_tokens = session.last_prefill
         t.prefill_s = time.perf_counter() - t0
         finish = "length"
+        stop_token = None
         t_first = None
         room = self.n_ctx - len(prompt_ids) - 1
         limit = min(params.max_tokens, room)
@@ -230,7 +234,7 @@ class Engine:
             done = False
             for i, tok_id in enumerate(new):
                 if tok_id in stops:
-                    finish, done = "eos", True
+                    finish, done, stop_token = "eos", True, tok_id
                 elif len(completion) < limit:
                     completion.append(tok_id)
                     recent.append(tok_id)
@@ -254,7 +258,7 @@ class Engine:
         if tail:
             yield TokenEvent(-1, tail)
         yield GenerationResult(list(prompt_ids), completion, text_out.text, finish, t, decoder.stats(),
-                               constraint.stats() if constraint is not None else None)
+                               constraint.stats() if constraint is not None else None, stop_token)
 
     def generate(self, prompt_ids: list[int], params: SamplingParams | None = None, **kw) -> GenerationResult:
         for ev in self.stream(prompt_ids, params, **kw):

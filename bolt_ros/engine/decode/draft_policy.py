@@ -1,0 +1,79 @@
+"""How many tokens a DFlash step drafts. Drafting costs a drafter pass and a wider verify pass; when the drafter is
+not being accepted (a random or mismatched drafter, text unlike its training data) that cost buys nothing, so the
+adaptive policy drafts what has recently been accepted plus a margin (an exponential average of accepted counts,
+so one miss doesn't collapse a good drafter's blocks) and, after steps that accept nothing, skips drafting for a
+backoff that doubles (1, 2, 4 .. MAX_BACKOFF steps) until a
+probe is accepted again. Skipped steps are plain decoding inside the DFlash decoder: the drafter's context keeps
+growing, so a probe drafts from the full history. Which tokens are committed never depends on the policy (every
+committed token is the target's own sample), so it changes speed only.
+"""
+from __future__ import annotations
+
+MAX_BACKOFF = 32  # plain steps between probes at most: a useless drafter then costs ~1/32 of a drafter pass per token
+EMA = 0.3  # weight of the newest step in the average of accepted drafts
+MARGIN = 2  # drafts beyond the average accepted count (room to grow back)
+
+
+class FixedDraft:
+    """Always n_max drafts (the reference behaviour; tests compare it with z-lab's loop)."""
+
+    def __init__(self, n_max: int):
+        self.n_max = n_max
+        self.cut_passes = 0  # drafter passes whose every slot fell below p_min
+
+    def next_n(self) -> int:
+        return self.n_max
+
+    def update(self, asked: int, drafted: int, accepted: int) -> None:
+        self.cut_passes += asked > 0 and drafted == 0
+
+    def observe(self, asked: int, seconds: float, committed: int) -> None:
+        """The wall time of a step that committed `committed` tokens (asked = drafts requested, 0 = a plain step)."""
+
+
+class AdaptiveDraft(FixedDraft):
+    def __init__(self, n_max: int):
+        super().__init__(n_max)
+        self.avg = float(n_max)  # recent accepted drafts per drafting step
+        self.misses = 0  # consecutive drafting steps that accepted nothing
+        self.backoff = 0  # plain steps still to take
+        self.next_backoff = 1
+        self.cost: dict[bool, float | None] = {False: None, True: None}  # EMA seconds per committed token
+
+    @property
+    def n(self) -> int:
+        return min(self.n_max, max(1, int(self.avg) + MARGIN))
+
+    def next_n(self) -> int:
+        if self.backoff > 0:
+            self.backoff -= 1
+            return 0
+        return self.n
+
+    def update(self, asked: int, drafted: int, accepted: int) -> None:
+        super().update(asked, drafted, accepted)
+        if asked == 0:  # a backoff step: nothing learned
+            return
+        self.avg = (1 - EMA) * self.avg + EMA * accepted
+        if accepted > 0:
+            self.misses = 0
+            if self.cost[False] is None:  # no plain-step timing yet: acceptance is all there is to go by
+                self.next_backoff = 1
+            return
+        self.misses += 1
+        if self.misses >= 2:  # two drafting steps in a row found nothing: plain steps for a while
+            self._back_off()
+
+    def observe(self, asked: int, seconds: float, committed: int) -> None:
+        drafting = asked > 0
+        per_token = seconds / max(1, committed)
+        old = self.cost[drafting]
+        self.cost[drafting] = per_token if old is None else (1 - EMA) * old + EMA * per_token
+        plain, spec = self.cost[False], self.cost[True]
+        if drafting and plain is not None and spec > plain and self.backoff == 0:
+            self._back_off()  # drafting is slower here than plain steps: probe again later
+        elif drafting and plain is not None and spec <= plain:
+            self.next_backoff = 1
+
+    def _back_off(self) -> None:
+        self.backoff, self.next_backoff = self.next_backoff, min(MAX_BACKOFF, 2 * self.next_backoff)
