@@ -97,10 +97,9 @@ def _step_batch(ds, sample, anchors: list[int], block: int, mask: int, embed: to
 def train_drafter(target: str | Path, out: str | Path, cfg: TrainConfig, *, threads: int | None = None,
                   resume: bool = False, device: str = "cpu", progress: bool = True) -> dict:
     from bolt_ros.devtools.testmodel import write_model  # the GGUF exporter (a dev tool: not in the runtime path)
+    from bolt_ros.engine.default_models import resolve_model
     from bolt_ros.train import data as data_mod
     from bolt_ros.train.prompts import training_utterances
-
-    from bolt_ros.engine.default_models import resolve_model
 
     target = resolve_model(target)
     out = Path(out)
