@@ -23,25 +23,17 @@ import json
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import threading
 import time
 
-import rclpy
 from bolt_ros.action import GotoPose
-from bolt_ros.msg import AssistantEvent
+from graph_harness import Graph, percentiles, product_config
 from rclpy.action import ActionClient, ActionServer
-from rclpy.executors import SingleThreadedExecutor
-from std_msgs.msg import String
 
-from bolt_ros.assistant.config import from_ros_parameters, load_params_file
 from bolt_ros.assistant.scripted import ScriptedBackend
-from bolt_ros.graph import package_file
-from bolt_ros.nodes.assistant_node import AssistantNode
-from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, tune_interpreter
-from bolt_ros.nodes.sim_robot import make_sim_robot_nodes
+from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S
 
 # goals that return once accepted, so each run measures the hand-off and not the motion
 GLANCE = """
@@ -57,14 +49,6 @@ GLANCE = """
 SCRIPT = [{"match": ".", "reply": [{"text": "Okay, let me look. "}, {"tool_call": {"name": "glance",
                                                                                      "arguments": {"yaw": 10}}}],
            "after_tool": [{"text": "Done. Anything else?"}]}]
-
-
-def percentiles(xs) -> dict:
-    xs = sorted(xs)
-    if not xs:
-        return {"n": 0}
-    q = lambda p: xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]  # noqa: E731
-    return {"n": len(xs), "p50": q(50), "p99": q(99), "max": xs[-1], "mean": statistics.fmean(xs)}
 
 
 def action_floor(node, runs: int) -> list[float]:
@@ -104,57 +88,32 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ["ROS_DOMAIN_ID"] = str(random.randint(100, 200))
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
-    params = load_params_file(package_file("config/assistant.yaml"), "assistant_node")
-    params["tools"] += GLANCE
-    cfg = from_ros_parameters(params)
     robot = None
     if args.robot_process:
-        robot = subprocess.Popen([sys.executable, "-m", "bolt_ros.nodes.sim_robot"], env=os.environ.copy(),
+        robot = subprocess.Popen([sys.executable, "-m", "bolt_ros.nodes.sim_robot_nodes"], env=os.environ.copy(),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    nodes = [] if robot else make_sim_robot_nodes(context=ctx)
-    assistant = AssistantNode(cfg, backend=ScriptedBackend(SCRIPT), context=ctx)
-    probe = rclpy.create_node("bench_probe", context=ctx)
-    idle = threading.Event()
-    probe.create_subscription(AssistantEvent, "assistant/events",
-                              lambda m: m.type == AssistantEvent.STATE and m.state == "idle" and idle.set(), 100)
-    pub = probe.create_publisher(String, "speech/transcript", 10)
-    tune_interpreter()  # as spin_nodes does
-    ex = SingleThreadedExecutor(context=ctx)
-    for n in [*nodes, assistant, probe]:
-        ex.add_node(n)
-    stop = threading.Event()
-    spinner = threading.Thread(target=lambda: [ex.spin_once(0.05) for _ in iter(stop.is_set, True)], daemon=True)
-    spinner.start()
+    graph = Graph(product_config(GLANCE), ScriptedBackend(SCRIPT), domain_id=int(os.environ["ROS_DOMAIN_ID"]),
+                  sim_robot=robot is None)
+    assistant = graph.assistant
     try:
-        deadline = time.monotonic() + 30
-        while not (pub.get_subscription_count() and assistant.router._clients["glance"].server_is_ready()):
-            if time.monotonic() > deadline:
-                raise SystemExit("graph did not connect")
-            time.sleep(0.01)
+        graph.wait_connected(("glance",))
         for i in range(args.runs + 10):  # 10 warm-up turns, then reset the counters
             if i == 10:
                 for d in (*assistant.latency.values(), assistant.router.accept_latency_ms,
                           assistant.router.accept_seen_latency_ms, assistant.router.send_latency_ms):
                     d.clear()
-            idle.clear()
+            graph.idle.clear()
             time.sleep(args.gap_ms / 1e3)
-            pub.publish(String(data=f"look over there {i}"))
-            if not idle.wait(5.0):
+            graph.say(f"look over there {i}")
+            if not graph.idle.wait(5.0):
                 raise SystemExit(f"turn {i} did not finish")
         results = {k: percentiles(assistant.latency[k]) for k in ("utterance_to_request", "sentence_to_tts")}
         results["call_to_goal_sent"] = percentiles(assistant.router.send_latency_ms)
         results["call_to_accepted"] = percentiles(assistant.router.accept_latency_ms)
         results["call_to_accept_seen"] = percentiles(assistant.router.accept_seen_latency_ms)
-        results["rclpy_action_floor"] = percentiles(action_floor(probe, args.runs))
+        results["rclpy_action_floor"] = percentiles(action_floor(graph.probe, args.runs))
     finally:
-        stop.set()
-        spinner.join(2)
-        for n in [*nodes, assistant]:
-            getattr(n, "close", lambda: None)()
-        ex.shutdown(2)
-        rclpy.try_shutdown(context=ctx)
+        graph.close()
         if robot is not None:
             robot.send_signal(signal.SIGINT)
             robot.wait(10)

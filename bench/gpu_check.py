@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
         os.environ["BOLT_KERNELS"] = "triton"  # ops.qmatmul_gguf runs the Triton kernel (interpreted) on the CPU
     if args.compile_only:
+        os.environ["BOLT_TRITON"] = "1"  # compile for a GPU this machine lacks: import Triton all the same
         return compile_only(args, started)
     import torch
 

@@ -45,6 +45,8 @@ def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     t, hq, d = q.shape
     hkv, s = k.shape[0], k.shape[1]
     qh = q.transpose(0, 1)  # [Hq, T, D]
+    if t > 1:  # the model's rows are [T, Hq, D]: SDPA and bmm want each head's rows contiguous (a strided q costs more)
+        qh = qh.contiguous()
     k, v = k.to(q.dtype), v.to(q.dtype)
     if sinks is None and t > 16:  # prefill: the fused SDPA kernel wins
         out = F.scaled_dot_product_attention(qh[None], k[None], v[None], attn_mask=mask, scale=scale,

@@ -27,14 +27,19 @@ def interpreter_on() -> bool:
 
 def use_triton(device: torch.device | str) -> bool:
     """True when tensors on `device` should go through the Triton kernels."""
-    device = torch.device(device)
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
+    raw = os.environ.get("BOLT_KERNELS")
+    if raw is None and device.type == "cpu":  # the hot path of every op on a CPU: one lookup, no parsing
+        return False
     mode = kernel_mode()
     if mode == "torch":
         return False
     if mode == "auto":
         return device.type == "cuda" and HAVE_TRITON
     if not HAVE_TRITON:
-        raise RuntimeError("BOLT_KERNELS=triton but Triton is not installed")
+        raise RuntimeError("BOLT_KERNELS=triton but Triton is not loaded: install it (the `gpu` extra), and on a CPU "
+                           "set BOLT_KERNELS=triton or TRITON_INTERPRET=1 before bolt_ros.kernels is imported")
     if device.type != "cuda" and not interpreter_on():
         raise RuntimeError(
             f"BOLT_KERNELS=triton on a {device.type} tensor needs TRITON_INTERPRET=1 set before triton is imported"

@@ -119,6 +119,7 @@ class ToolRouter:
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))  # ours, so the goal can be cancelled without its acceptance
         send = client.send_goal_async(goal, feedback_callback=lambda fb: feedback.update(msg_to_dict(fb.feedback)),
                                       goal_uuid=goal_id)
+        _drop_orphaned_futures(client)
         try:
             handle = self._wait(send, cancel, t0 + spec.timeout_s, spec, "the goal to be accepted")
         except ToolError:
@@ -247,11 +248,29 @@ class ToolRouter:
         return all_filled
 
 
+def _drop_orphaned_futures(client: ActionClient) -> None:
+    """rclpy 9.1.2 (ros-kilted-rclpy, the newest on PyPI) registers two futures per send_goal_async and completes
+    one (ros2/rclpy#1532, fixed upstream): the other stayed in the client's list for good, ~0.3 KB per goal, and the
+    executor walks that list whenever the action's status or feedback arrives (found by bench/soak.py). Drop the
+    futures nothing can complete: not done and in no pending request table (rclpy fills those tables under the
+    client's lock; done futures are left to rclpy's own removal). A fixed rclpy leaves none: then a no-op."""
+    with client._lock:
+        pending = {id(f) for table in (client._pending_goal_requests, client._pending_cancel_requests,
+                                       client._pending_result_requests) for f in table.values()}
+        orphans = [f for f in client._futures if not f.done() and id(f) not in pending]
+    for f in orphans:
+        client.remove_future(f)
+
+
 def _cancel_by_id(client: ActionClient, goal_id: UUID, action_type) -> None:
     """Ask the server to cancel this goal id: a server that accepted it stops it; one that never saw it answers
     'unknown goal' and nothing happens."""
     accepted = action_type.Impl.SendGoalService.Response(accepted=True)
-    ClientGoalHandle(client, goal_id, accepted).cancel_goal_async()
+    handle = ClientGoalHandle(client, goal_id, accepted)
+    handle.cancel_goal_async()
+    # rclpy drops the goal's feedback callback only when a result response for it arrives (the server's result, or
+    # "unknown goal"): without this request every goal given up on here kept its callback for good (bench/soak.py)
+    handle.get_result_async()
 
 
 def _cancel_if_accepted(send_future: Future) -> None:
