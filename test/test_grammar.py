@@ -65,7 +65,7 @@ def engines(tmp_path_factory, one_thread):
         engine = Engine.load(target, n_ctx=1024)
         if syntax == "hermes":
             engine.chat_format = JinjaChatFormat(QWEN_TEMPLATE, engine.tok)
-        attach_drafter(engine, draft)
+        attach_drafter(engine, draft, adaptive=False)  # whole blocks: the test counts the drafted forced tokens
         out[syntax] = engine
     return out
 

@@ -146,14 +146,15 @@ class DFlashDecoder:
     def _draft(self, anchor: int, n: int) -> list[int]:
         mask = self.drafter.model.cfg.mask_token_id
         logits = self.drafter.model.draft_logits([anchor] + [mask] * n, self.state.cache)  # [n, vocab]
-        if self.drafter.p_min > 0:  # keep the leading slots the drafter is confident of
+        constraint = self.sampler.constraint
+        if self.drafter.p_min > 0 and constraint is None:  # keep the leading slots the drafter is confident of
+            # (with a grammar every slot is kept: the tokens it forces get repaired in below, whatever the drafter says)
             p, ids = torch.softmax(logits.float(), dim=-1).max(dim=-1)  # [n]
             sure = (p >= self.drafter.p_min).tolist()
             keep = sure.index(False) if False in sure else n
             drafts = ids[:keep].tolist()
         else:
             drafts = logits.argmax(-1).tolist()  # greedy drafts, as llama.cpp and the reference do
-        constraint = self.sampler.constraint
         return constraint.repair_drafts(drafts) if constraint is not None else drafts
 
     def verify(self, logits: torch.Tensor, drafts: list[int], recent: list[int]) -> list[int]:
