@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,10 +30,12 @@ LLAMA_CONFIG_KEYS = ("build_commit", "backends", "cpu_info", "n_threads", "n_bat
 
 def _run_rss(cmd: list[str]) -> tuple[str, float]:
     """stdout and the child's peak RSS (MiB), reaped with wait4 so its rusage is its own."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    with tempfile.TemporaryFile("w+") as errf:  # stderr to a file: two pipes read in turn can deadlock
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True)
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        errf.seek(0)
+        err = errf.read()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise RuntimeError(f"{Path(cmd[0]).name} failed ({proc.returncode}): {err.strip()[-500:]}")

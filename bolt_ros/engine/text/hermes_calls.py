@@ -118,20 +118,7 @@ def parse_call_body(body: str) -> tuple[str, dict]:
 
 def _close_index(buf: str) -> int:
     """Index of the CLOSE tag in a call buffer, skipping any inside a JSON string; -1 if not there yet."""
-    in_string, escaped = False, False
-    for i, c in enumerate(buf):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c == "<" and buf.startswith(CLOSE, i):
-            return i
-    return -1
+    return next((i for i in _outside_strings(buf) if buf.startswith(CLOSE, i)), -1)
 
 
 def _held_back(buf: str, marker: str) -> int:
