@@ -100,15 +100,30 @@ def test_fast_matches_exact_on_synthetic_types(t):
     assert mean < MEAN_TOL and mx < MAX_TOL, (fast.scheme, mean, mx)
 
 
-def test_prefill_rows_take_the_exact_dense_path(real_ggufs):
-    raw, t, shape = _real(real_ggufs, "Q4_K", rows=64)
+@pytest.mark.parametrize("key", ["Q4_K", "Q5_0"])
+def test_prefill_rows_take_the_dense_bf16_path(real_ggufs, key):
+    """From DENSE_FROM_ROWS rows on, an int scheme multiplies by its GGUF weight rounded to bf16 (dequantized into the
+    shared workspace): the product equals F.linear on the bf16-rounded operands exactly, and stays at bf16 level."""
+    raw, t, shape = _real(real_ggufs, key, rows=64)
     layer = QuantLinear(raw, t, shape)
-    x = torch.randn(linear.PREFILL_DENSE_ROWS, shape[1])
-    ref = x.double() @ dequantize(raw, t, shape).double().t()
-    assert _errors(layer(x), ref)[1] < 1e-5  # exact, unlike the bf16 int4 path
-    assert _errors(layer(x[:8]), ref[:8])[1] > 1e-4
+    rows = linear.DENSE_FROM_ROWS[layer.scheme]
+    x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(3))
+    w = dequantize(raw, t, shape)
+    dense = torch.nn.functional.linear(x.bfloat16(), w.bfloat16()).float()
+    assert torch.equal(layer(x), dense)
+    assert not torch.equal(layer(x[: rows - 1]), dense[: rows - 1])  # below the threshold: the int kernel
+    mean, mx = _errors(layer(x), x.double() @ w.double().t())
+    assert mean < MEAN_TOL and mx < MAX_TOL
     head = QuantLinear(raw, t, shape, role="head")  # never dequantizes the vocab-sized head per call
-    assert _errors(head(x), ref)[1] > 1e-4
+    assert head.prefill_dense_rows is None and not torch.equal(head(x), dense)
+
+
+def test_fused_layers_take_the_dense_path_part_by_part(real_ggufs):
+    raw, t, shape = _real(real_ggufs, "Q5_0", rows=64)
+    a, b = QuantLinear(raw, t, shape), QuantLinear(raw, t, shape)
+    fused = QuantLinear.fuse([a, b])
+    x = torch.randn(64, shape[1])
+    torch.testing.assert_close(fused(x), torch.cat([a(x), b(x)], -1), rtol=0, atol=0)
 
 
 def test_shapes_and_batch_dims(real_ggufs):

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from bolt_ros.engine.gguf.types import block_size, type_name
+from bolt_ros.kernels.cpu import native
 
 QK_K = 256  # super-block size of the K-quants
 
@@ -268,6 +269,9 @@ def dequantize(raw: torch.Tensor | np.ndarray, ggml_type: int, shape: tuple[int,
     if data.numel() != expected:
         raise ValueError(f"{type_name(ggml_type)} tensor of shape {list(shape)} needs {expected} bytes, "
                          f"got {data.numel()}")
+    if len(shape) and data.device.type == "cpu" and ggml_type in native.TYPES and native.available():
+        return native.dequantize_rows(data.contiguous(), ggml_type, expected // row_nbytes(ggml_type, shape[-1]),
+                                      shape[-1]).reshape(shape)  # the same values, ~10x faster (kernels/cpu)
     nbytes = GGML_BLOCK[ggml_type][1]
     return dequantize_blocks(data.reshape(-1, nbytes), ggml_type).reshape(shape)
 

@@ -16,11 +16,13 @@ held in the form its matmul wants; split, each half would need the other's priva
             CUDA, a dequantize + matmul reference elsewhere)
 The int kernels take bf16 activations (their fp32/fp16 paths are unvectorized and 10-100x slower on CPU), so the
 fast path rounds x to bf16 and returns y rounded to bf16, then widened to fp32; accumulation is fp32 inside.
-From PREFILL_DENSE_ROWS rows on, the int schemes instead dequantize the GGUF bytes (kept as an mmap view) to fp32 for a
-dense GEMM: faster for prefill and exact.
+From DENSE_FROM_ROWS rows on (prefill), the int schemes instead dequantize the GGUF bytes (kept as an mmap view) to
+bf16 for a dense bf16 GEMM (fp32 accumulation): the same bf16 level of error as the int kernels, 2-3x faster than
+them at 64 rows and more beyond.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Literal
 
@@ -44,6 +46,7 @@ from bolt_ros.engine.gguf.quants import (
     row_nbytes,
 )
 from bolt_ros.engine.gguf.quants import type_name as _type_name
+from bolt_ros.kernels.cpu import native
 
 Policy = Literal["fast", "exact", "gguf"]
 Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "gguf"]
@@ -53,10 +56,11 @@ GROUP = 32  # int4 kernel group size = the legacy block size = the K-quant sub-b
 # the output head's 4-bit copy only ranks candidates (_refine_top recomputes them exactly): coarser groups cost it
 # nothing in exactness and save 15 MiB of scales on Gemma's 262144-row head
 HEAD_GROUP = 128
-# From this many rows on (prefill), the int schemes dequantize the GGUF bytes to fp32 and run a dense GEMM instead:
-# the int4/int8 kernels cost ~linear in T (1 thread, 640x2048 Q4_K: int4 19.9 ms vs dequantize 4 ms + fp32 8.8 ms at
-# T=512; int4 2.5 ms vs 4 + 1.4 ms at T=64), and the dense result is exact. Never for the vocab-sized head.
-PREFILL_DENSE_ROWS = 128
+# From this many rows on (prefill), the int schemes dequantize the GGUF bytes to bf16 (kernels/cpu, into a reused
+# buffer) and run a dense bf16 GEMM instead: the int kernels cost ~linear in T. Crossovers measured on Qwen2.5 0.5B's
+# tensors (2 threads, AMD EPYC Zen 4): 4864x896 Q5_0 int4x2 3.9 ms vs dense 2.6 ms at T=32 (1.0 vs 2.3 at T=8);
+# 896x4864 Q4_K int4 4.0 vs 3.3 ms at T=64 (2.1 vs 2.7 at T=32). Never for the vocab-sized head.
+DENSE_FROM_ROWS = {"int4": 64, "int4x2": 32, "int8": 32}
 # output-head candidates recomputed exactly (QuantLinear._refine_top): every logit within HEAD_MARGIN of the row's
 # approximate best (4-bit head error is well below it), at most HEAD_MAX_CANDIDATES per row
 HEAD_MARGIN = 6.0
@@ -219,6 +223,18 @@ def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy, role: st
     return scheme
 
 
+_local = threading.local()
+
+
+def _workspace(numel: int) -> torch.Tensor:
+    """A bf16 buffer of at least `numel` elements, one per thread, grown on demand: prefill dequantizes one weight
+    after another into it (a fresh multi-MiB tensor per call costs page faults that outweigh the dequantization)."""
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.numel() < numel:
+        buf = _local.buf = torch.empty(numel, dtype=torch.bfloat16)
+    return buf[:numel]
+
+
 class QuantLinear(nn.Module):
     """y = x @ W^T for a GGUF weight of torch shape [out, in]; see the module docstring for `scheme`."""
 
@@ -246,7 +262,7 @@ class QuantLinear(nn.Module):
             raise ValueError(f"unknown scheme {scheme!r} (one of {', '.join(SCHEMES)})")
         self.ggml_type, self.in_features, self.out_features = int(ggml_type), n_in, n_out
         self.policy, self.role, self.scheme = policy, role, scheme
-        self.prefill_dense_rows = PREFILL_DENSE_ROWS if role != "head" else None
+        self.prefill_dense_rows = DENSE_FROM_ROWS.get(scheme) if role != "head" else None
         self.group = GROUP  # int4 schemes: weights per scale/zero (HEAD_GROUP for a re-quantized head)
         self._raw = data  # the GGUF bytes (an mmap view: costs no memory unless read); for dequantized()
         blocks = data.view(-1, GGML_BLOCK[ggml_type][1])  # [n_blocks, block_bytes]
@@ -371,8 +387,8 @@ class QuantLinear(nn.Module):
 
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         s = self.scheme
-        if s in ("int4", "int4x2", "int8") and self.prefill_dense_rows and x.shape[0] >= self.prefill_dense_rows:
-            return F.linear(x.float(), self.dequantized())
+        if self.prefill_dense_rows and x.shape[0] >= self.prefill_dense_rows:
+            return F.linear(x.to(torch.bfloat16), self._dense_bf16()).float()
         if s == "f32":
             return F.linear(x.float(), self.weight)
         if s == "bf16":
@@ -388,6 +404,19 @@ class QuantLinear(nn.Module):
         from bolt_ros.kernels import ops  # Triton on CUDA; imported late so CPU-only users never load Triton
         return ops.qmatmul_gguf(x.float().contiguous(), self.blocks, self.ggml_type, self.out_features,
                                 self.in_features)
+
+    def _dense_bf16(self) -> torch.Tensor:
+        """The GGUF weight rounded to bf16 [out, in], in this thread's workspace (valid until the next call)."""
+        parts = getattr(self, "_parts", None) or [(self._raw, self.ggml_type, self.shape)]
+        out = _workspace(self.out_features * self.in_features).view(self.shape)
+        r0 = 0
+        for raw, t, (rows, cols) in parts:
+            if native.available() and t in native.TYPES:
+                native.dequantize_rows(raw.contiguous(), t, rows, cols, torch.bfloat16, out=out[r0 : r0 + rows])
+            else:
+                out[r0 : r0 + rows] = dequantize(raw, t, (rows, cols))
+            r0 += rows
+        return out
 
     def dequantized(self) -> torch.Tensor:
         """The exact GGUF weight as fp32 [out, in] (from the GGUF bytes, whatever the scheme)."""
@@ -439,6 +468,19 @@ class QuantEmbedding(nn.Module):
         rows = dequantize_rows(self.table, self.ggml_type, (self.num_embeddings, self.embedding_dim),
                                ids.to(self.table.device))
         return rows.reshape(*ids.shape, self.embedding_dim)
+
+    def _dense_bf16(self) -> torch.Tensor:
+        """The GGUF weight rounded to bf16 [out, in], in this thread's workspace (valid until the next call)."""
+        parts = getattr(self, "_parts", None) or [(self._raw, self.ggml_type, self.shape)]
+        out = _workspace(self.out_features * self.in_features).view(self.shape)
+        r0 = 0
+        for raw, t, (rows, cols) in parts:
+            if native.available() and t in native.TYPES:
+                native.dequantize_rows(raw.contiguous(), t, rows, cols, torch.bfloat16, out=out[r0 : r0 + rows])
+            else:
+                out[r0 : r0 + rows] = dequantize(raw, t, (rows, cols))
+            r0 += rows
+        return out
 
     def dequantized(self) -> torch.Tensor:
         return dequantize(self.table, self.ggml_type, (self.num_embeddings, self.embedding_dim))

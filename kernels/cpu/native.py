@@ -1,0 +1,127 @@
+"""The C CPU kernels (gguf_dequant.c): built once per machine with the system C compiler, loaded with ctypes.
+
+Why C and not a torch extension: the file needs no torch headers (pointers and sizes only), so it compiles in about
+a second instead of a minute, and ctypes releases the GIL during a call, so rows split across Python threads run in
+parallel without a second OpenMP runtime beside torch's.
+
+The library goes to $XDG_CACHE_HOME/bolt_ros/native/ under a name hashed from the source, the compiler's version and
+the CPU's flags (it is built with -march=native). Without a compiler, or with BOLT_NATIVE=0, `available()` is False
+and callers use the torch reference (slower, same values).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("gguf_dequant.c")
+# -ffp-contract=off: no fused multiply-adds, so the values equal the torch reference's bit for bit
+CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-std=c11"]
+TYPES = (2, 3, 6, 7, 8, 12, 13, 14)  # Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_tried = False
+_pool: ThreadPoolExecutor | None = None
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def _build() -> ctypes.CDLL | None:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        log.warning("no C compiler found: GGUF dequantization uses the torch reference (slower prefill)")
+        return None
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        log.warning("C compiler %s does not run (%s): using the torch reference", cc, e)
+        return None
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(CFLAGS), version, _cpu_flags()]).encode())
+    out_dir = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bolt_ros" / "native"
+    lib = out_dir / f"gguf_dequant-{key.hexdigest()[:16]}.so"
+    if not lib.exists():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, suffix=".so", delete=False) as tmp:
+            pass
+        r = subprocess.run([cc, *CFLAGS, str(SOURCE), "-o", tmp.name], capture_output=True, text=True, timeout=120)
+        if r.returncode:
+            os.unlink(tmp.name)
+            log.warning("building %s failed: using the torch reference\n%s", SOURCE.name, r.stderr[-2000:])
+            return None
+        os.replace(tmp.name, lib)  # atomic: a concurrent builder never loads a half-written file
+    so = ctypes.CDLL(str(lib))
+    so.bolt_dequant_rows.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_void_p, ctypes.c_int]
+    so.bolt_dequant_rows.restype = ctypes.c_int
+    return so
+
+
+def library() -> ctypes.CDLL | None:
+    global _lib, _tried
+    with _lock:
+        if not _tried:
+            _tried = True
+            if os.environ.get("BOLT_NATIVE", "1") != "0":
+                _lib = _build()
+        return _lib
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="bolt-dequant")
+        return _pool
+
+
+def dequantize_rows(data: torch.Tensor, ggml_type: int, n_rows: int, n_cols: int,
+                    dtype: torch.dtype = torch.float32, out: torch.Tensor | None = None) -> torch.Tensor:
+    """GGUF bytes `data` (uint8, contiguous, exactly n_rows whole rows) -> [n_rows, n_cols] fp32 or bf16.
+
+    out: a contiguous buffer of n_rows * n_cols elements of `dtype` to write into (a reused one spares the page faults
+    of a fresh multi-MiB allocation, which cost more than the dequantization itself). The caller checks that the type
+    is in TYPES, that the library is available and the byte count (quants.py does); the rows are split across
+    torch.get_num_threads() threads."""
+    lib = library()
+    assert lib is not None and ggml_type in TYPES and data.dtype == torch.uint8 and data.is_contiguous()
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"dequantize to float32 or bfloat16, not {dtype}")
+    if out is None:
+        out = torch.empty(n_rows, n_cols, dtype=dtype)
+    elif out.dtype != dtype or not out.is_contiguous() or out.numel() != n_rows * n_cols or out.device.type != "cpu":
+        raise ValueError(f"out must be a contiguous CPU {dtype} tensor of {n_rows * n_cols} elements")
+    out = out.view(n_rows, n_cols)
+    src, dst, as_bf16 = data.data_ptr(), out.data_ptr(), int(dtype == torch.bfloat16)
+    n = min(torch.get_num_threads(), max(1, n_rows // 16))
+
+    def run(i: int) -> int:
+        return lib.bolt_dequant_rows(ggml_type, src, n_rows * i // n, n_rows * (i + 1) // n, n_cols, dst, as_bf16)
+
+    codes = [run(0)] if n == 1 else list(_threads().map(run, range(n)))
+    if any(codes):
+        raise ValueError(f"native dequantization refused ggml type {ggml_type} with {n_cols} columns")
+    return out
