@@ -469,19 +469,6 @@ class QuantEmbedding(nn.Module):
                                ids.to(self.table.device))
         return rows.reshape(*ids.shape, self.embedding_dim)
 
-    def _dense_bf16(self) -> torch.Tensor:
-        """The GGUF weight rounded to bf16 [out, in], in this thread's workspace (valid until the next call)."""
-        parts = getattr(self, "_parts", None) or [(self._raw, self.ggml_type, self.shape)]
-        out = _workspace(self.out_features * self.in_features).view(self.shape)
-        r0 = 0
-        for raw, t, (rows, cols) in parts:
-            if native.available() and t in native.TYPES:
-                native.dequantize_rows(raw.contiguous(), t, rows, cols, torch.bfloat16, out=out[r0 : r0 + rows])
-            else:
-                out[r0 : r0 + rows] = dequantize(raw, t, (rows, cols))
-            r0 += rows
-        return out
-
     def dequantized(self) -> torch.Tensor:
         return dequantize(self.table, self.ggml_type, (self.num_embeddings, self.embedding_dim))
 
