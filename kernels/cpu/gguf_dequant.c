@@ -7,29 +7,7 @@
  * 4864x896 Q5_0 weight takes 17 ms there, which made every prefill chunk dequantize slower than it multiplies.
  *
  * Built and loaded by kernels/cpu/native.py (ctypes); the caller splits rows across threads. */
-#include <stdint.h>
-#include <string.h>
-
-enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
-
-static float f16(const uint8_t *p) {
-    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-    if (exp == 0x1F) {
-        bits = sign | 0x7F800000u | (man << 13);  /* inf / NaN */
-    } else if (exp) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man) {  /* subnormal: normalize */
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3FF) << 13);
-    } else {
-        bits = sign;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+#include "gguf_blocks.h"
 
 static uint16_t bf16(float f) {  /* round to nearest even, as torch's float -> bfloat16 */
     uint32_t u;
@@ -37,16 +15,6 @@ static uint16_t bf16(float f) {  /* round to nearest even, as torch's float -> b
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);  /* NaN stays NaN */
     u += 0x7FFFu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
-}
-
-static void k_scale_min(int j, const uint8_t *q, int *sc, int *m) {  /* the 6-bit scales of Q4_K / Q5_K */
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
 }
 
 /* One block of `type` at b -> 32 or 256 floats at y. */
@@ -115,21 +83,22 @@ static void block(int type, const uint8_t *b, float *y) {
         }
         break;
     }
-    case Q6_K: {
+    case Q6_K: {  /* element 128h + 32k + l: 4 low bits from ql, 2 high from qh, scale sc[8h + 2k + l/16] */
         const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
-        float d = f16(b + 208);
-        for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
-            for (int l = 0; l < 32; l++) {
-                int is = l / 16;
-                int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[n + l] = d * (float)sc[is] * (float)q1;
-                y[n + l + 32] = d * (float)sc[is + 2] * (float)q2;
-                y[n + l + 64] = d * (float)sc[is + 4] * (float)q3;
-                y[n + l + 96] = d * (float)sc[is + 6] * (float)q4;
+        float d = f16(b + 208), ds[16];
+        for (int i = 0; i < 16; i++) ds[i] = d * (float)sc[i];
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32, y += 128) {
+            for (int k = 0; k < 4; k++) {
+                const uint8_t *lo = ql + 32 * (k & 1);
+                int shift = 4 * (k >> 1);
+                for (int half = 0; half < 2; half++) {
+                    float s = ds[8 * h + 2 * k + half];
+                    for (int l = 16 * half; l < 16 * half + 16; l++) {
+                        int q = (int)(((lo[l] >> shift) & 0xF) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+                        y[32 * k + l] = s * (float)q;
+                    }
+                }
             }
         }
         break;

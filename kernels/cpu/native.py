@@ -1,8 +1,9 @@
-"""The C CPU kernels (gguf_dequant.c): built once per machine with the system C compiler, loaded with ctypes.
+"""The C CPU kernels (gguf_dequant.c, gguf_matmul.c): built once per machine with the system C compiler, loaded with
+ctypes.
 
-Why C and not a torch extension: the file needs no torch headers (pointers and sizes only), so it compiles in about
-a second instead of a minute, and ctypes releases the GIL during a call, so rows split across Python threads run in
-parallel without a second OpenMP runtime beside torch's.
+Why C and not a torch extension: the files need no torch headers (pointers and sizes only), so they compile in
+seconds instead of a minute. Threads: the dequantizer's rows are split across Python threads (ctypes releases the
+GIL); the matmul uses OpenMP, whose libgomp.so.1 resolves to the one torch has already loaded (one pool for both).
 
 The library goes to $XDG_CACHE_HOME/bolt_ros/native/ under a name hashed from the source, the compiler's version and
 the CPU's flags (it is built with -march=native). Without a compiler, or with BOLT_NATIVE=0, `available()` is False
@@ -25,9 +26,11 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("gguf_dequant.c")
-# -ffp-contract=off: no fused multiply-adds, so the values equal the torch reference's bit for bit
-CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-std=c11"]
+SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "gguf_matmul.c")]
+HEADERS = [Path(__file__).with_name("gguf_blocks.h")]
+# -ffp-contract=off: no fused multiply-adds, so the dequantized values equal the torch reference's bit for bit
+CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=gnu11"]
+MAX_M = 64  # rows of x one gguf_matmul call takes (gguf_matmul.c)
 TYPES = (2, 3, 6, 7, 8, 12, 13, 14)  # Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
 
 _lock = threading.Lock()
@@ -56,23 +59,30 @@ def _build() -> ctypes.CDLL | None:
     except (OSError, subprocess.SubprocessError) as e:
         log.warning("C compiler %s does not run (%s): using the torch reference", cc, e)
         return None
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(CFLAGS), version, _cpu_flags()]).encode())
+    texts = [f.read_text() for f in SOURCES + HEADERS]
+    key = hashlib.sha256("\0".join([*texts, " ".join(CFLAGS), version, _cpu_flags()]).encode())
     out_dir = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bolt_ros" / "native"
-    lib = out_dir / f"gguf_dequant-{key.hexdigest()[:16]}.so"
+    lib = out_dir / f"bolt_cpu-{key.hexdigest()[:16]}.so"
     if not lib.exists():
         out_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out_dir, suffix=".so", delete=False) as tmp:
             pass
-        r = subprocess.run([cc, *CFLAGS, str(SOURCE), "-o", tmp.name], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([cc, *CFLAGS, *map(str, SOURCES), "-o", tmp.name, "-lm"], capture_output=True, text=True,
+                           timeout=120)
         if r.returncode:
             os.unlink(tmp.name)
-            log.warning("building %s failed: using the torch reference\n%s", SOURCE.name, r.stderr[-2000:])
+            log.warning("building the CPU kernels failed: using the torch reference\n%s", r.stderr[-2000:])
             return None
         os.replace(tmp.name, lib)  # atomic: a concurrent builder never loads a half-written file
     so = ctypes.CDLL(str(lib))
     so.bolt_dequant_rows.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                      ctypes.c_void_p, ctypes.c_int]
     so.bolt_dequant_rows.restype = ctypes.c_int
+    so.bolt_gguf_matmul.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    so.bolt_gguf_matmul.restype = ctypes.c_int
+    so.bolt_gguf_matmul_fast.argtypes = [ctypes.c_int]
+    so.bolt_gguf_matmul_fast.restype = ctypes.c_int
     return so
 
 
@@ -125,3 +135,26 @@ def dequantize_rows(data: torch.Tensor, ggml_type: int, n_rows: int, n_cols: int
     if any(codes):
         raise ValueError(f"native dequantization refused ggml type {ggml_type} with {n_cols} columns")
     return out
+
+
+def gguf_matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out: int, *,
+                scalar: bool = False) -> torch.Tensor:
+    """x [M, K] (M <= MAX_M) @ W^T -> [M, n_out] fp32, W's GGUF rows in `blocks` (uint8, contiguous, n_out rows).
+
+    x is quantized to int16 per 32 inside (relative error ~1e-5); the caller checks type and sizes. scalar: the
+    portable loops even where a vectorized kernel exists (for tests)."""
+    lib = library()
+    assert lib is not None and ggml_type in TYPES and blocks.dtype == torch.uint8 and blocks.is_contiguous()
+    x = x.float().contiguous()
+    m, k = x.shape
+    y = torch.empty(m, n_out, dtype=torch.float32)
+    if lib.bolt_gguf_matmul(ggml_type, blocks.data_ptr(), n_out, k, x.data_ptr(), m, y.data_ptr(),
+                            torch.get_num_threads(), int(scalar)):
+        raise ValueError(f"gguf_matmul refused ggml type {ggml_type} with K={k}, M={m} (M <= {MAX_M})")
+    return y
+
+
+def gguf_matmul_fast(ggml_type: int) -> bool:
+    """Whether this build has a vectorized gguf_matmul for the type (AVX-512BW: Q5_0, Q8_0, Q4_K, Q6_K)."""
+    lib = library()
+    return lib is not None and ggml_type in TYPES and bool(lib.bolt_gguf_matmul_fast(ggml_type))

@@ -12,6 +12,9 @@ held in the form its matmul wants; split, each half would need the other's priva
   "int4x2"  two int4 codes per weight, concatenated along K in one kernel call: Q5_0/Q5_1/Q5_K/Q8_0 codes split
             exactly into a low nibble and a high part (q = lo + 16 * hi), so again only scales round to bf16.
   "int8"    torch's int8 weight-only kernel, one scale per output row (requantized: lossy for block types)
+  "blocks"  the GGUF blocks as they are (a copy: GGUF size), multiplied on the CPU by kernels/cpu/gguf_matmul.c: x
+            quantized to int16 per 32 (relative error ~1e-5), int32 dots with the block codes. Needs the C library
+            and a vectorized kernel for the type (AVX-512BW: Q5_0, Q8_0, Q4_K, Q6_K).
   "gguf"    the GGUF blocks as they are, multiplied by `bolt_ros.kernels.ops.qmatmul_gguf` (fused Triton kernel on
             CUDA, a dequantize + matmul reference elsewhere)
 The int kernels take bf16 activations (their fp32/fp16 paths are unvectorized and 10-100x slower on CPU), so the
@@ -49,8 +52,8 @@ from bolt_ros.engine.gguf.quants import type_name as _type_name
 from bolt_ros.kernels.cpu import native
 
 Policy = Literal["fast", "exact", "gguf"]
-Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "gguf"]
-SCHEMES: tuple[str, ...] = ("f32", "bf16", "int4", "int4x2", "int8", "gguf")
+Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "blocks", "gguf"]
+SCHEMES: tuple[str, ...] = ("f32", "bf16", "int4", "int4x2", "int8", "blocks", "gguf")
 
 GROUP = 32  # int4 kernel group size = the legacy block size = the K-quant sub-block size
 # the output head's 4-bit copy only ranks candidates (_refine_top recomputes them exactly): coarser groups cost it
@@ -60,7 +63,7 @@ HEAD_GROUP = 128
 # buffer) and run a dense bf16 GEMM instead: the int kernels cost ~linear in T. Crossovers measured on Qwen2.5 0.5B's
 # tensors (2 threads, AMD EPYC Zen 4): 4864x896 Q5_0 int4x2 3.9 ms vs dense 2.6 ms at T=32 (1.0 vs 2.3 at T=8);
 # 896x4864 Q4_K int4 4.0 vs 3.3 ms at T=64 (2.1 vs 2.7 at T=32). Never for the vocab-sized head.
-DENSE_FROM_ROWS = {"int4": 64, "int4x2": 32, "int8": 32}
+DENSE_FROM_ROWS = {"int4": 64, "int4x2": 32, "int8": 32, "blocks": 32}
 # output-head candidates recomputed exactly (QuantLinear._refine_top): every logit within HEAD_MARGIN of the row's
 # approximate best (4-bit head error is well below it), at most HEAD_MAX_CANDIDATES per row
 HEAD_MARGIN = 6.0
@@ -68,7 +71,8 @@ HEAD_MAX_CANDIDATES = 256
 _CHUNK_ROWS = 8192  # repack this many output rows at a time: bounds load-time temporaries for the 262144-row head
 
 # "fast" policy per ggml type: the fastest form whose error stays at bf16-rounding level where one exists.
-# Measured on the real Gemma 3 270M / SmolLM2 tensors with bench/bench_linear.py (2 threads).
+# Measured on the real Gemma 3 270M / SmolLM2 tensors with bench/bench_linear.py (2 threads). Where the C kernels
+# are built with a vectorized kernel for the type, BLOCKS_TYPES take "blocks" instead (pick_scheme).
 FAST_SCHEME: dict[int, str] = {
     GGMLType.Q4_0: "int4",
     GGMLType.Q4_1: "int4",
@@ -84,6 +88,11 @@ FAST_SCHEME: dict[int, str] = {
     GGMLType.F16: "f32",
     GGMLType.F32: "f32",
 }
+# Types whose GGUF blocks the C kernel multiplies faster than any torch form, decode measured cold (24 distinct
+# weights in turn, as a decode step meets them; 2 threads, AMD EPYC Zen 4): Qwen2.5 0.5B 4864x896 Q5_0 0.23 ms vs
+# int4x2 0.34 ms; whole decode steps Qwen2.5 0.5B 22.1 -> 27.4 tok/s, Gemma 3 270M 32.5 -> 39.6 tok/s. Not Q4_K:
+# torch's int4 kernel reads Q4_K's own 4-bit codes, and beats ours there (0.15 vs 0.23 ms on 896x4864).
+BLOCKS_TYPES = (GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K)
 # types the fused GGUF kernels read (= kernels.qmatmul.SUPPORTED_TYPES; not imported: CPU users never load Triton)
 GGUF_KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
                      GGMLType.Q5_K, GGMLType.Q6_K)
@@ -216,8 +225,10 @@ def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy, role: st
         return "bf16" if ggml_type == GGMLType.BF16 else "f32"
     # The vocab-sized output head dominates a decode step. It only has to *rank* candidates: the ones near the top
     # get exact logits from the GGUF rows (_refine_top), so a 4-bit copy (half the bytes of int4x2) serves.
-    scheme = "int4" if role == "head" else FAST_SCHEME[ggml_type]
     n_out, n_in = shape
+    if role != "head" and ggml_type in BLOCKS_TYPES and native.gguf_matmul_fast(ggml_type):
+        return "blocks"
+    scheme = "int4" if role == "head" else FAST_SCHEME[ggml_type]
     if scheme.startswith("int4") and (n_out % 16 or n_in % GROUP):  # the int4 packer needs N % 16 == 0
         scheme = "int8"
     return scheme
@@ -313,6 +324,12 @@ class QuantLinear(nn.Module):
         self.register_buffer("packed", packed)  # [N, k_parts*K/2] uint8, torch's tiled layout
         self.register_buffer("scale_zeros", scale_zeros)  # [k_parts*K/group, N, 2] bf16
 
+    def _build_blocks(self, blocks: torch.Tensor) -> None:
+        if not native.gguf_matmul_fast(self.ggml_type):
+            raise ValueError(f"scheme blocks needs the C CPU kernels with a vectorized {_type_name(self.ggml_type)} "
+                             "kernel (kernels/cpu/native.py)")
+        self.register_buffer("blocks", blocks.reshape(self.out_features, -1).clone())  # [N, row_bytes]
+
     def _build_gguf(self, blocks: torch.Tensor) -> None:
         # [N, row_bytes]: a copy (the mmap view must not be written or outlive the file), made on the target device
         self.register_buffer("blocks", blocks.reshape(self.out_features, -1).to(self._device, copy=True))
@@ -324,7 +341,9 @@ class QuantLinear(nn.Module):
         first = layers[0]
         same = all(m.scheme == first.scheme and m.in_features == first.in_features and m.policy == first.policy
                    and m.prefill_dense_rows == first.prefill_dense_rows and m.group == first.group for m in layers)
-        if not same or first.scheme not in ("f32", "bf16", "int4", "int4x2"):
+        if not same or first.scheme not in ("f32", "bf16", "int4", "int4x2", "blocks"):
+            return None
+        if first.scheme == "blocks" and any(m.ggml_type != first.ggml_type for m in layers):  # one kernel, one type
             return None
         if first.scheme.startswith("int4") and (any(m.out_features % 64 for m in layers)  # whole 64-row tiles
                                                 or any(m.k_parts != first.k_parts for m in layers)):
@@ -338,6 +357,8 @@ class QuantLinear(nn.Module):
         fused._parts = [(m._raw, m.ggml_type, m.shape) for m in layers]  # GGUF views only: the packed parts go
         if first.scheme in ("f32", "bf16"):
             fused.register_buffer("weight", torch.cat([m.weight for m in layers]))
+        elif first.scheme == "blocks":
+            fused.register_buffer("blocks", torch.cat([m.blocks for m in layers]))
         else:
             fused._set_int4(torch.cat([m.packed for m in layers]), torch.cat([m.scale_zeros for m in layers], dim=1))
         return fused
@@ -350,7 +371,8 @@ class QuantLinear(nn.Module):
     @property
     def lossy(self) -> bool:
         """True when the held form rounds the GGUF values (then a head refines its top candidates exactly)."""
-        return self.scheme in ("int4", "int4x2", "int8") or (self.scheme == "bf16" and self.ggml_type != GGMLType.BF16)
+        return (self.scheme in ("int4", "int4x2", "int8", "blocks")
+                or (self.scheme == "bf16" and self.ggml_type != GGMLType.BF16))
 
     @property
     def weight_bytes(self) -> int:
@@ -395,6 +417,11 @@ class QuantLinear(nn.Module):
             return F.linear(x.to(torch.bfloat16), self.weight).float()
         if s == "int8":
             return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.w8, self.scales).float()
+        if s == "blocks":
+            if x.shape[0] <= native.MAX_M:
+                return native.gguf_matmul(x, self.blocks, self.ggml_type, self.out_features)
+            return torch.cat([native.gguf_matmul(c, self.blocks, self.ggml_type, self.out_features)
+                              for c in x.split(native.MAX_M)])
         if s in ("int4", "int4x2"):
             xb = x.to(torch.bfloat16)
             if self.k_parts > 1:  # every part multiplies the same x

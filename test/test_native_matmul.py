@@ -1,0 +1,92 @@
+"""The C GGUF matmul (kernels/cpu/gguf_matmul.c) against the fp64 product with the dequantized weight.
+
+Bound: x is rounded to int16 per block of 32 (a step of amax/32767: at most 1.5e-5 of the block's largest value per
+element) and products sum in int32 per block, then fp32 across K/32 blocks (~sqrt(K/32) * 6e-8): together well under
+1e-4 of max|y|. The bf16 form (activations and weights rounded to 8 bits) lands at ~3e-3, so the bound tells them
+apart (negative control below). The vectorized and the portable loops both meet it on every type they cover.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from bolt_ros.engine.gguf.quants import as_uint8, dequantize, random_raw
+from bolt_ros.engine.gguf.types import type_name
+from bolt_ros.engine.model.linear import QuantLinear
+from bolt_ros.kernels.cpu import native
+
+pytestmark = pytest.mark.skipif(not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")),
+                                reason="no C compiler: the torch forms are used")
+BOUND = 1e-4
+
+
+def _err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.double() - ref).abs().max() / ref.abs().max())
+
+
+def _case(t: int, shape=(80, 768), seed=0):
+    raw = random_raw(t, shape, seed=seed + t, max_scale=0.05)
+    return as_uint8(raw).contiguous(), dequantize(raw, t, shape).double()
+
+
+@pytest.mark.parametrize("t", native.TYPES, ids=type_name)
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 64])
+def test_matches_the_fp64_product(t, m):
+    blocks, w = _case(t)
+    x = torch.randn(m, w.shape[1], generator=torch.Generator().manual_seed(m))
+    ref = x.double() @ w.t()
+    assert _err(native.gguf_matmul(x, blocks, t, w.shape[0]), ref) < BOUND
+    assert _err(native.gguf_matmul(x, blocks, t, w.shape[0], scalar=True), ref) < BOUND
+
+
+def test_the_bound_separates_bf16():
+    _, w = _case(6)
+    x = torch.randn(4, w.shape[1])
+    ref = x.double() @ w.t()
+    bf16 = torch.nn.functional.linear(x.bfloat16(), w.bfloat16()).double()
+    assert _err(bf16, ref) > 10 * BOUND
+
+
+def test_vectorized_types_on_this_machine():
+    """The types "fast" sends to this kernel have a vectorized path wherever AVX2/F16C/FMA exist (all x86-64 CPUs
+    since 2013-2015); elsewhere pick_scheme keeps the torch forms."""
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    if " avx2 " in flags and " f16c " in flags and " fma " in flags:
+        assert all(native.gguf_matmul_fast(t) for t in (6, 8, 12, 14))
+    assert not native.gguf_matmul_fast(3)  # Q4_1: portable loops only
+
+
+def test_threads_change_no_bit_and_bad_shapes_are_refused():
+    blocks, _ = _case(14, shape=(37, 512))
+    x = torch.randn(2, 512)
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = native.gguf_matmul(x, blocks, 14, 37)
+        torch.set_num_threads(max(2, n))
+        two = native.gguf_matmul(x, blocks, 14, 37)
+    finally:
+        torch.set_num_threads(n)
+    assert torch.equal(one, two)
+    with pytest.raises(ValueError, match="M <= 64"):
+        native.gguf_matmul(torch.randn(65, 512), blocks, 14, 37)
+    q5 = as_uint8(random_raw(6, (4, 96))).contiguous()
+    with pytest.raises(ValueError, match="K=80"):  # not whole 32-blocks
+        native.gguf_matmul(torch.randn(1, 80), q5, 6, 4)
+
+
+def test_quant_linear_blocks_scheme_chunks_and_fuses():
+    if not native.gguf_matmul_fast(6):
+        pytest.skip("no vectorized Q5_0 kernel on this CPU")
+    raw = random_raw(6, (64, 512), seed=5, max_scale=0.05)
+    a = QuantLinear(raw, 6, (64, 512), scheme="blocks")
+    w = dequantize(raw, 6, (64, 512)).double()
+    x = torch.randn(31, 512)  # below the dense threshold: the C kernel
+    assert _err(a(x), x.double() @ w.t()) < BOUND and a.weight_bytes == len(raw)
+    fused = QuantLinear.fuse([a, QuantLinear(raw, 6, (64, 512), scheme="blocks")])
+    assert torch.equal(fused(x), torch.cat([a(x), a(x)], -1))
+    with pytest.raises(ValueError, match="vectorized Q4_1"):
+        QuantLinear(random_raw(3, (16, 64)), 3, (16, 64), scheme="blocks")
