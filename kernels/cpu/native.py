@@ -143,9 +143,9 @@ def gguf_matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out: in
 
     x is quantized to int16 per 32 inside (relative error ~1e-5); the caller checks type and sizes. scalar: the
     portable loops even where a vectorized kernel exists (for tests)."""
-    lib = library()
-    assert lib is not None and ggml_type in TYPES and blocks.dtype == torch.uint8 and blocks.is_contiguous()
-    x = x.float().contiguous()
+    lib = _lib if _tried else library()  # the hot path of a decode step: no lock once loaded
+    if x.dtype != torch.float32 or not x.is_contiguous():
+        x = x.float().contiguous()
     m, k = x.shape
     y = torch.empty(m, n_out, dtype=torch.float32)
     if lib.bolt_gguf_matmul(ggml_type, blocks.data_ptr(), n_out, k, x.data_ptr(), m, y.data_ptr(),
@@ -155,6 +155,6 @@ def gguf_matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out: in
 
 
 def gguf_matmul_fast(ggml_type: int) -> bool:
-    """Whether this build has a vectorized gguf_matmul for the type (AVX-512BW: Q5_0, Q8_0, Q4_K, Q6_K)."""
+    """Whether this build has a vectorized gguf_matmul for the type (AVX2 + F16C + FMA: Q5_0, Q8_0, Q4_K, Q6_K)."""
     lib = library()
     return lib is not None and ggml_type in TYPES and bool(lib.bolt_gguf_matmul_fast(ggml_type))
