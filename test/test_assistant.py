@@ -170,15 +170,15 @@ def test_tool_loop_runs_tools_and_feeds_results_back_to_the_model():
     assert backend.requests[0]["enable_thinking"] is True
 
 
-def test_tool_rounds_are_bounded_and_the_last_call_gets_no_tools():
+def test_tool_rounds_are_bounded_and_the_last_call_is_words_only():
     # a new call each time (a repeated one would end the turn: see the repeated-call test)
     backend = ScriptedBackend(lambda msgs: [{"tool_call": {"name": "move_head", "arguments": {"yaw": len(msgs)}}}])
     loop, _, calls = _loop(backend, rounds=2)
     conv = Conversation("sys")
     res = loop.run(conv, conv.user_message("go"), [MOVE_HEAD.model_dump()], enable_thinking=False,
                    cancel=threading.Event())
-    assert len(backend.requests) == 3 and [bool(r["tools"]) for r in backend.requests] == [True, True, False]
-    assert len(calls) == 2  # the third call (no tools offered) is answered with an error, not executed
+    assert len(backend.requests) == 3 and [r["words_only"] for r in backend.requests] == [False, False, True]
+    assert len(calls) == 2  # a call in the third, words-only reply is answered with an error, not executed
     assert res.tool_results[-1].error == "no more tool calls allowed in this turn"
 
 
@@ -338,14 +338,23 @@ def test_a_repeated_call_ends_the_turn_and_a_call_written_as_text_is_not_spoken(
     conv = Conversation("sys")
     res = loop.run(conv, conv.user_message("dance for me"), [PLAY.model_dump()], enable_thinking=False,
                    cancel=threading.Event())
+    # the repeat is not run; the model is asked once more, for words only (this script repeats itself even then)
     assert [c.name for c in calls] == ["play_animation"] and res.stopped == "repeated tool call"
-    assert len(backend.requests) == 2 and [e.kind for e in events].count("tool_call") == 1
+    assert [r["words_only"] for r in backend.requests] == [False, False, True]
+    assert [e.kind for e in events].count("tool_call") == 1
     # negative control: a different call after the result does run
     nod = {"tool_call": {"name": "play_animation", "arguments": {"name": "nod"}}}
     loop2, _, calls2 = _loop(ScriptedBackend([{"match": "dance", "reply": [dance], "after_tool": [nod]}]), rounds=2)
     loop2.run(conv, conv.user_message("dance for me"), [PLAY.model_dump()], enable_thinking=False,
               cancel=threading.Event())
     assert [c.arguments["name"] for c in calls2] == ["dance", "nod"]
+    # a model that answers the words-only request in words ends the turn speaking
+    n = iter(range(10))
+    backend4 = ScriptedBackend(lambda msgs: [dance] if next(n) < 2 else [{"text": "I danced."}])
+    loop4, _, calls4 = _loop(backend4)
+    res4 = loop4.run(conv, conv.user_message("dance for me"), [PLAY.model_dump()], enable_thinking=False,
+                     cancel=threading.Event())
+    assert len(calls4) == 1 and res4.spoken == ["I danced."] and not res4.stopped
     # the last round offers no tools; a model that still writes a call as text is not spoken
     as_text = [{"match": ".", "reply": [{"text": '{"name": "dance", "arguments": {}}'}]}]
     loop3, events3, _ = _loop(ScriptedBackend(as_text))

@@ -296,10 +296,30 @@ def test_gemma4_grammar_follows_the_schema(engines):
         assert not accepts(bad), bad
 
 
+@pytest.mark.parametrize("fmt", ["hermes", "gemma4"])
+def test_words_only_grammar(engines, fmt):
+    """tool_choice "none" with tools (the tool loop's last call of a turn): some words, never a call."""
+    tok = engines[fmt].tok
+    grammar = hermes_grammar(TOOLS, "none") if fmt == "hermes" else gemma4_grammar(TOOLS, "none")
+
+    def accepts(text: str) -> bool:
+        c = make_constraint(tok, grammar, set(tok.eog_ids))
+        ids = tok.encode(text)
+        return c.matcher.try_consume_tokens(ids) == len(ids)
+
+    opener = "<tool_call>" if fmt == "hermes" else "<|tool_call>"
+    assert accepts("I turned my head.") and accepts(" Done, { braces } are fine.")
+    assert not accepts(f"Sure. {opener}") and not accepts(opener)
+    assert accepts('{"name": "wave"}') == (fmt == "gemma4")  # a bare JSON call is Hermes-only syntax
+    c = make_constraint(tok, grammar, set(tok.eog_ids))
+    assert not any(c.allows(t) for t in tok.eog_ids)  # not empty: the reply can't end before a word
+
+
 def test_tool_choice_none_and_named(engines):
     engine = engines["hermes"]
     events, stats, last = reply(engine, tool_choice="none", sampling=SamplingParams(max_tokens=8))
-    assert last["grammar"] is None
+    assert last["grammar"] is not None  # tools given, none callable: the words-only grammar
+    assert not any(isinstance(e, ToolCallEvent) for e in events) and stats.text.strip()[:1] not in ("", "{")
     rendered = "".join(s.text for s in engine.chat_format.render(ASK, tools=None))
     assert stats.prompt_tokens == len(engine.tok.encode(rendered, parse_special=True))  # no tools in the prompt
     events, stats, _ = reply(engine, tool_choice={"type": "function", "function": {"name": "wave"}},

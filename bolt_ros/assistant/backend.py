@@ -45,4 +45,7 @@ class BackendError(RuntimeError):
 
 class ChatBackend(Protocol):
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
-                    cancel: threading.Event) -> Iterator[BackendEvent]: ...
+                    cancel: threading.Event, words_only: bool = False) -> Iterator[BackendEvent]:
+        """One reply, streamed. words_only: `tools` were used in this turn but this reply may call none of them and
+        must be words (OpenAI's tool_choice "none"; the embedded engine holds it to that with a grammar)."""
+        ...

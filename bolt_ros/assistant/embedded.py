@@ -64,10 +64,11 @@ class EmbeddedBackend:
         return len(tok.encode_segments(fmt.render(messages, tools=tools or None), add_bos=tok.add_bos))
 
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
-                    cancel: threading.Event) -> Iterator[BackendEvent]:
+                    cancel: threading.Event, words_only: bool = False) -> Iterator[BackendEvent]:
         # the engine holds the session's lock while it generates: calls on the one cache never interleave
+        choice = "none" if words_only else self.tool_choice
         for ev in self.session.stream(messages, tools=tools or None, enable_thinking=enable_thinking,
-                                      sampling=self.sampling, cancel=cancel, tool_choice=self.tool_choice):
+                                      sampling=self.sampling, cancel=cancel, tool_choice=choice):
             yield self._convert(ev)
 
     def _convert(self, ev) -> BackendEvent:

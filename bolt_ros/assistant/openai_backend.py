@@ -40,23 +40,26 @@ class OpenAIBackend:
         return cls(cfg.base_url, model=cfg.model, api_key=cfg.api_key, timeout_s=cfg.request_timeout_s,
                    max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
 
-    def request_body(self, messages: list[dict], tools: list[dict], enable_thinking: bool) -> dict:
+    def request_body(self, messages: list[dict], tools: list[dict], enable_thinking: bool,
+                     words_only: bool = False) -> dict:
         body = {"model": self.model or "default", "messages": [_wire_message(m) for m in messages], "stream": True,
                 "stream_options": {"include_usage": True}, **self.sampling,
                 # llama-server and vLLM pass this to the chat template (Gemma 4, Qwen 3 thinking switch)
                 "chat_template_kwargs": {"enable_thinking": enable_thinking}}
         if tools:
             body["tools"] = tools
+            if words_only:
+                body["tool_choice"] = "none"
         return body
 
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
-                    cancel: threading.Event) -> Iterator[BackendEvent]:
+                    cancel: threading.Event, words_only: bool = False) -> Iterator[BackendEvent]:
         t0 = time.perf_counter()
         conn = self._connect()
         done = threading.Event()
         threading.Thread(target=_close_on_cancel, args=(conn, cancel, done), daemon=True).start()
         try:
-            resp = self._post(conn, self.request_body(messages, tools, enable_thinking))
+            resp = self._post(conn, self.request_body(messages, tools, enable_thinking, words_only))
             yield from self._events(resp, cancel, t0)
         except (OSError, http.client.HTTPException) as e:
             if not cancel.is_set():

@@ -1,8 +1,10 @@
 """One assistant turn: model call -> tool calls -> results back to the model -> ... -> final reply.
 
-Bounded: at most `max_tool_rounds` model calls may use tools; the call after that is offered no tools, so the
-model has to answer in words. A call that repeats one already done in the turn (same name and arguments: small
-models do that after reading the result) ends the turn instead of running again, and a call written as text (a
+Bounded: at most `max_tool_rounds` model calls may use tools; the call after that may only be words (the backend's
+`words_only`: OpenAI's tool_choice "none", a grammar in the embedded engine). A call that repeats one already done
+in the turn (same name and arguments: small models do that after reading the result) never runs again: the model is
+asked once more for words only, so the turn ends in speech rather than in silence (unless it has spoken already),
+and a call written as text (a
 reply that opens with `{` or a call tag) is never spoken. Spoken replies end: after `max_sentences` complete
 sentences in a turn, or at the first sentence that repeats one already spoken in it (small models loop: "I can see
 it. I can see it. ..."), the model call is stopped (its stream closed) and the rest is never spoken. Cancellation
@@ -70,8 +72,14 @@ class ToolLoop:
         res = TurnResult(messages=[user_msg])
         try:
             for rnd in range(self.max_tool_rounds + 1):
-                calls = self._model_call(conv, res, tools if rnd < self.max_tool_rounds else [], enable_thinking,
-                                         cancel, t0)
+                calls = self._model_call(conv, res, tools, enable_thinking, cancel, t0,
+                                         words_only=rnd == self.max_tool_rounds)
+                if res.stopped == "repeated tool call" and not res.spoken and not res.cancelled:
+                    # the model asked for what it already did: the action is done, so it gets one more call that
+                    # may only be words, to say so (small models otherwise end most acting turns in silence)
+                    res.stopped = ""
+                    self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
+                    break
                 if res.cancelled or res.stopped or not calls:
                     break
                 self._run_tools(calls, res, cancel, allowed=rnd < self.max_tool_rounds)
@@ -87,7 +95,8 @@ class ToolLoop:
         self._set_state(IDLE)
         return res
 
-    def _model_call(self, conv, res, tools, enable_thinking, cancel, t0) -> list[ToolCallRequest]:
+    def _model_call(self, conv, res, tools, enable_thinking, cancel, t0, *,
+                    words_only: bool = False) -> list[ToolCallRequest]:
         self._set_state(THINKING)
         splitter, text, calls = SentenceSplitter(), [], []
         n_spoken = len(res.spoken)
@@ -99,7 +108,8 @@ class ToolLoop:
         else:  # oldest turns go first; exact counting only when a cheap upper bound says it may not fit
             messages = conv.fitted(res.messages, lambda m: _utf8_bound(m, tools) <= budget
                                    or self.backend.prompt_tokens(m, tools) <= budget)
-        stream = self.backend.stream_chat(messages, tools, enable_thinking=enable_thinking, cancel=cancel)
+        stream = self.backend.stream_chat(messages, tools, enable_thinking=enable_thinking, cancel=cancel,
+                                          words_only=words_only)
         try:
             for ev in stream:
                 if cancel.is_set():

@@ -40,7 +40,8 @@ class ChatSession:
         """One reply to `messages`, as parsed events and then ChatStats.
 
         tool_choice: "auto" (the model may call a tool), "required" (the reply is tool calls, from its first token),
-        "none" (no tools are offered; a call written anyway comes back as an error event), or OpenAI's
+        "none" (no tools are shown; with `tools` given and a tool grammar the reply is held to words - no call
+        syntax, not empty -, else a call written anyway comes back as an error event), or OpenAI's
         {"type": "function", "function": {"name": N}} (calls of that tool only). With tools offered and a format
         that has a tool grammar, calls are schema-constrained (grammar.py) unless constrain=False."""
         from bolt_ros.engine.text.grammar import (
@@ -48,6 +49,11 @@ class ChatSession:
         )
         fmt, tok = self.engine.chat_format, self.engine.tok
         callable_tools, mode = resolve_tool_choice(tools, tool_choice)
+        grammar = None
+        if constrain and (callable_tools or (tools and mode == "none")):  # "none" with tools: words only
+            grammar = fmt.tool_grammar(callable_tools or tools, mode)
+        # "none" shows no tools even where a grammar holds the reply to words: shown them, Qwen2.5 0.5B wrote
+        # "```json" and a call in prose after every tool result; without them it answers in sentences
         offered = tools if mode != "none" else None
         segments = fmt.render(self._messages(messages), tools=offered or None, enable_thinking=enable_thinking)
         ids = tok.encode_segments(segments, add_bos=tok.add_bos)
@@ -55,7 +61,6 @@ class ChatSession:
         params.stop_token_ids = sorted(set(params.stop_token_ids) | set(fmt.stop_token_ids))
         params.stop = list(dict.fromkeys([*params.stop, *fmt.stop_strings]))
         parser = fmt.parser(offered) if offered else fmt.parser([] if tools and mode == "none" else None)
-        grammar = fmt.tool_grammar(callable_tools, mode) if callable_tools and constrain else None
         result: GenerationResult | None = None
         for ev in self.engine.stream(ids, params, session=self.session, cancel=cancel, use_draft=self.use_draft,
                                      grammar=grammar):

@@ -12,7 +12,7 @@ held in the form its matmul wants; split, each half would need the other's priva
   "int4x2"  two int4 codes per weight, concatenated along K in one kernel call: Q5_0/Q5_1/Q5_K/Q8_0 codes split
             exactly into a low nibble and a high part (q = lo + 16 * hi), so again only scales round to bf16.
   "int8"    torch's int8 weight-only kernel, one scale per output row (requantized: lossy for block types)
-  "blocks"  the GGUF blocks as they are (a copy: GGUF size), multiplied on the CPU by kernels/cpu/gguf_matmul.c: x
+  "blocks"  the GGUF blocks as they are (the mmap view: no copy), multiplied on the CPU by kernels/cpu/gguf_matmul.c: x
             quantized to int16 per 32 (relative error ~1e-5), int32 dots with the block codes. Needs the C library
             and a vectorized kernel for the type (AVX-512BW: Q5_0, Q8_0, Q4_K, Q6_K).
   "gguf"    the GGUF blocks as they are, multiplied by `bolt_ros.kernels.ops.qmatmul_gguf` (fused Triton kernel on
@@ -328,7 +328,9 @@ class QuantLinear(nn.Module):
         if not native.gguf_matmul_fast(self.ggml_type):
             raise ValueError(f"scheme blocks needs the C CPU kernels with a vectorized {_type_name(self.ggml_type)} "
                              "kernel (kernels/cpu/native.py)")
-        self.register_buffer("blocks", blocks.reshape(self.out_features, -1).clone())  # [N, row_bytes]
+        # [N, row_bytes]: the GGUF mmap view itself, like _raw (the file stays open while the model lives): the
+        # bytes are the page cache's, shared with the prefill path's dequantization, not a second copy
+        self.register_buffer("blocks", blocks.reshape(self.out_features, -1))
 
     def _build_gguf(self, blocks: torch.Tensor) -> None:
         # [N, row_bytes]: a copy (the mmap view must not be written or outlive the file), made on the target device

@@ -9,7 +9,9 @@ with OpenAI's strict mode). Two syntaxes:
     whose first non-space character is `{` must be a bare JSON call (what the small Qwen models do);
   * Gemma 4 (`gemma4_grammar`): `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>`, keys in the
     template's sorted order.
-tool_choice "required" forces a call from the first token (so no thought before it), "none" offers no tools at all.
+tool_choice "required" forces a call from the first token (so no thought before it); "none" offers no tools, and
+its grammar (`words_grammar`) keeps the reply to words: no call opener anywhere, no bare JSON call, not empty (what
+the assistant's tool loop asks for when a turn must end in speech).
 
 At run time a `Constraint` (one llguidance matcher) rides on the Sampler. Checking a sampled token costs ~2 us, a
 full vocabulary mask 0.1-2 ms (49k-262k tokens), so the sampler first tries the model's own choice and masks only when
@@ -20,6 +22,7 @@ the same way, and an accepted draft always satisfies the grammar; a run cut shor
 from __future__ import annotations
 
 import json
+import re
 import time
 import warnings
 import weakref
@@ -102,8 +105,17 @@ def hermes_call_schema(tools: list[dict]) -> dict:
     return {"anyOf": calls, "x-guidance": JSON_STYLE}
 
 
+def words_grammar(opener: str, bare_json: bool) -> str:
+    """A reply of words only: some non-space text, without `opener` anywhere, and (bare_json) not opening with `{`."""
+    first = r"[ \t\r\n]*[^ \t\r\n{]" if bare_json else r"[ \t\r\n]*[^ \t\r\n]"
+    banned = re.escape(opener).replace("/", "\\/")
+    return f"%llguidance {{}}\nstart: WORDS\nWORDS: /{first}(?s:.*)/ & ~/(?s:.*){banned}(?s:.*)/\n"
+
+
 def hermes_grammar(tools: list[dict], mode: str = "auto") -> str:
     """The whole reply for a Hermes-style template (see the module docstring)."""
+    if mode == "none":
+        return words_grammar(HERMES_OPEN, bare_json=True)
     schema = json.dumps(hermes_call_schema(tools), ensure_ascii=False)
     common = f"""
 call_json: %json {schema}
@@ -218,6 +230,8 @@ class _Gemma4Rules:
 
 
 def gemma4_grammar(tools: list[dict], mode: str = "auto") -> str:
+    if mode == "none":
+        return words_grammar(G4_OPEN, bare_json=False)
     rules = _Gemma4Rules()
     calls = []
     for tool in tools:
