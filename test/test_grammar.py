@@ -310,6 +310,7 @@ def test_words_only_grammar(engines, fmt):
     opener = "<tool_call>" if fmt == "hermes" else "<|tool_call>"
     assert accepts("I turned my head.") and accepts(" Done, { braces } are fine.")
     assert not accepts(f"Sure. {opener}") and not accepts(opener)
+    assert not accepts("```json") and not accepts("Sure: ```") and not accepts("<b>") and not accepts("[1]")
     assert accepts('{"name": "wave"}') == (fmt == "gemma4")  # a bare JSON call is Hermes-only syntax
     c = make_constraint(tok, grammar, set(tok.eog_ids))
     assert not any(c.allows(t) for t in tok.eog_ids)  # not empty: the reply can't end before a word

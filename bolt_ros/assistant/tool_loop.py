@@ -160,7 +160,7 @@ class ToolLoop:
         """Emit a sentence for speech unless it repeats one of this turn; False when the reply must stop here."""
         if res.stopped:
             return False
-        if sentence.lstrip().startswith(("{", "<tool_call>", "<|tool_call>")):  # a call written as text: not speech
+        if sentence.lstrip().startswith(("{", "<tool_call>", "<|tool_call>", "```")):  # a call as text: not speech
             res.stopped = "tool call as text"
             return False
         if _norm(sentence) in {_norm(s) for s in res.spoken}:

@@ -106,10 +106,12 @@ def hermes_call_schema(tools: list[dict]) -> dict:
 
 
 def words_grammar(opener: str, bare_json: bool) -> str:
-    """A reply of words only: some non-space text, without `opener` anywhere, and (bare_json) not opening with `{`."""
-    first = r"[ \t\r\n]*[^ \t\r\n{]" if bare_json else r"[ \t\r\n]*[^ \t\r\n]"
+    """A reply of words only: some non-space text, without `opener` or a code fence anywhere, not opening with a
+    bracket (bare_json: nor `{`). Held only to "no call", Qwen2.5 0.5B answered tool results with "```json"."""
+    first = r"[ \t\r\n]*[^ \t\r\n{<\[`]" if bare_json else r"[ \t\r\n]*[^ \t\r\n<\[`]"
     banned = re.escape(opener).replace("/", "\\/")
-    return f"%llguidance {{}}\nstart: WORDS\nWORDS: /{first}(?s:.*)/ & ~/(?s:.*){banned}(?s:.*)/\n"
+    return (f"%llguidance {{}}\nstart: WORDS\n"
+            f"WORDS: /{first}(?s:.*)/ & ~/(?s:.*)({banned}|```)(?s:.*)/\n")
 
 
 def hermes_grammar(tools: list[dict], mode: str = "auto") -> str:
