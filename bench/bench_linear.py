@@ -16,7 +16,7 @@ import time
 import torch
 
 from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gguf.quants import type_name
+from bolt_ros.engine.gguf.quants import as_uint8, type_name
 from bolt_ros.engine.gguf.reader import GGUFFile, torch_shape
 from bolt_ros.engine.model.linear import QuantLinear, pick_scheme
 
@@ -58,7 +58,8 @@ def cold_ms(raw, ggml_type: int, shape, scheme: str) -> float:
     the mean over copies of the layer, called in turn. A single repeated layer (the T=1 column) stays in L3 and
     flatters the forms with more bytes per weight."""
     first = QuantLinear(raw, ggml_type, shape, scheme=scheme)
-    layers = [first] + [QuantLinear(raw, ggml_type, shape, scheme=scheme)
+    # each copy from its own bytes: the "blocks" form holds a view of them, so copies of one raw would share a cache
+    layers = [first] + [QuantLinear(as_uint8(raw).clone(), ggml_type, shape, scheme=scheme)
                         for _ in range(min(31, COLD_BYTES // max(1, first.weight_bytes)))]
     x = torch.randn(1, shape[1])
     for m in layers:

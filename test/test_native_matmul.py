@@ -86,6 +86,9 @@ def test_quant_linear_blocks_scheme_chunks_and_fuses():
     w = dequantize(raw, 6, (64, 512)).double()
     x = torch.randn(31, 512)  # below the dense threshold: the C kernel
     assert _err(a(x), x.double() @ w.t()) < BOUND and a.weight_bytes == len(raw)
+    head = QuantLinear(raw, 6, (64, 512), scheme="blocks", role="head")  # no dense path: > MAX_M rows go in chunks
+    x70 = torch.randn(native.MAX_M + 6, 512)
+    assert head.prefill_dense_rows is None and _err(head(x70), x70.double() @ w.t()) < BOUND
     fused = QuantLinear.fuse([a, QuantLinear(raw, 6, (64, 512), scheme="blocks")])
     assert torch.equal(fused(x), torch.cat([a(x), a(x)], -1))
     with pytest.raises(ValueError, match="vectorized Q4_1"):

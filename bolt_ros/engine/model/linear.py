@@ -14,7 +14,7 @@ held in the form its matmul wants; split, each half would need the other's priva
   "int8"    torch's int8 weight-only kernel, one scale per output row (requantized: lossy for block types)
   "blocks"  the GGUF blocks as they are (the mmap view: no copy), multiplied on the CPU by kernels/cpu/gguf_matmul.c: x
             quantized to int16 per 32 (relative error ~1e-5), int32 dots with the block codes. Needs the C library
-            and a vectorized kernel for the type (AVX-512BW: Q5_0, Q8_0, Q4_K, Q6_K).
+            and a vectorized kernel for the type (AVX2 + F16C + FMA: Q5_0, Q8_0, Q4_K, Q6_K).
   "gguf"    the GGUF blocks as they are, multiplied by `bolt_ros.kernels.ops.qmatmul_gguf` (fused Triton kernel on
             CUDA, a dequantize + matmul reference elsewhere)
 The int kernels take bf16 activations (their fp32/fp16 paths are unvectorized and 10-100x slower on CPU), so the
@@ -63,6 +63,7 @@ HEAD_GROUP = 128
 # buffer) and run a dense bf16 GEMM instead: the int kernels cost ~linear in T. Crossovers measured on Qwen2.5 0.5B's
 # tensors (2 threads, AMD EPYC Zen 4): 4864x896 Q5_0 int4x2 3.9 ms vs dense 2.6 ms at T=32 (1.0 vs 2.3 at T=8);
 # 896x4864 Q4_K int4 4.0 vs 3.3 ms at T=64 (2.1 vs 2.7 at T=32). Never for the vocab-sized head.
+# "blocks" (the C kernel costs ~linear in T as well): 4864x896 Q5_0 0.65 ms at T=8, dense 2.6 ms at T=32.
 DENSE_FROM_ROWS = {"int4": 64, "int4x2": 32, "int8": 32, "blocks": 32}
 # output-head candidates recomputed exactly (QuantLinear._refine_top): every logit within HEAD_MARGIN of the row's
 # approximate best (4-bit head error is well below it), at most HEAD_MAX_CANDIDATES per row
@@ -378,7 +379,8 @@ class QuantLinear(nn.Module):
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes held by this layer's buffers (the GGUF mmap it came from is not counted)."""
+        """Bytes held by this layer's buffers (the GGUF mmap it came from is not counted, except where the "blocks"
+        form's buffer is that mmap: then those bytes are the page cache's, not a copy)."""
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
