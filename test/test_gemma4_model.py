@@ -54,8 +54,9 @@ class Case:
 
 
 CASES = [
-    # E4B's pattern in miniature (5 sliding : 1 full), the last two layers read layer 3's and layer 2's KV
-    Case("e4b_like", tuple("ssfssf"), seed=1),
+    # E4B's structure in miniature: the last KV owner is a full layer, the last two layers read layer 2's (sliding)
+    # and layer 3's (full) KV
+    Case("e4b_like", tuple("sssfsf"), seed=1),
     # one KV head (MQA), full head dim 4x the sliding one, wider partial rotary, chunked prefill through the ring
     Case("mqa_chunked", tuple("sfssfssf"), n_head_kv=1, head_dim_swa=16, shared=3, ple=8, softcap=30.0,
          partial_rotary=0.5, window=16, max_step=16, seed=2),

@@ -65,7 +65,7 @@ def test_gemma4_layout(tiny_states, tmp_path):
     path = tm.write_model(tmp_path / "g4.gguf", "gemma4", hparams, state, "f32", tokenizer="none")
     with GGUFFile(path) as gf:
         md = gf.metadata
-        assert list(md["gemma4.attention.sliding_window_pattern"]) == [True, True, False, True, True, False]
+        assert list(md["gemma4.attention.sliding_window_pattern"]) == [True, True, True, False, True, False]
         assert md["gemma4.attention.shared_kv_layers"] == 2
         assert md["gemma4.attention.key_length"] == 64 and md["gemma4.attention.key_length_swa"] == 32
         assert md["gemma4.embedding_length_per_layer_input"] == 16
@@ -75,7 +75,7 @@ def test_gemma4_layout(tiny_states, tmp_path):
         for il in range(6):
             assert (f"blk.{il}.attn_k.weight" in names) == (il < 4)
             assert (f"blk.{il}.attn_k_norm.weight" in names) == (il < 4)
-        assert torch_shape(gf.tensors["blk.2.attn_q.weight"]) == (2 * 64, 64)  # full layer: head dim 64
+        assert torch_shape(gf.tensors["blk.3.attn_q.weight"]) == (2 * 64, 64)  # full layer: head dim 64
         assert torch_shape(gf.tensors["blk.1.attn_q.weight"]) == (2 * 32, 64)  # sliding layer: head dim 32
         assert torch_shape(gf.tensors["per_layer_token_embd.weight"]) == (512, 6 * 16)
         freqs = gf.raw("rope_freqs.weight").view(np.float32)
@@ -338,6 +338,9 @@ def test_bad_inputs_are_rejected(tmp_path, tiny_states):
         tm.ModelSpec(**{**hparams, "arch": "llama", "n_head_kv": 3})
     with pytest.raises(ValueError, match="fixed pattern"):
         tm.ModelSpec(**{**tiny_states["gemma3"][0], "arch": "gemma3", "swa_layers": [True] * 6})
+    with pytest.raises(ValueError, match="last KV-owning layer"):  # the old tiny layout, which llama.cpp refuses
+        tm.ModelSpec(**{**tiny_states["gemma4"][0], "arch": "gemma4",
+                        "swa_layers": [True, True, False, True, True, False]})
     with pytest.raises(ValueError, match="write_random_model"):
         tm.random_model("gemma4", "e4b")
 

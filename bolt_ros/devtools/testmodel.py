@@ -118,6 +118,10 @@ class ModelSpec(BaseModel):
             if not 0 <= self.shared_kv_layers < self.n_layer or (
                     self.shared_kv_layers and not (any(owners) and not all(owners))):
                 raise ValueError("gemma4 shared_kv_layers needs a sliding and a full layer before the shared ones")
+            if self.shared_kv_layers and owners[-1]:
+                # llama.cpp maps each shared layer onto the last owner of its kind and asserts the last owner is a
+                # full layer (llama-kv-cache.cpp `map_layer_ids.find(il_reuse)`), as in E4B (layer 23 of 24 owners)
+                raise ValueError("gemma4 with shared_kv_layers needs its last KV-owning layer to be a full one")
         if self.arch == "dflash":
             if not self.target_layers or self.target_hidden is None:
                 raise ValueError("dflash needs target_layers and target_hidden")
@@ -625,7 +629,7 @@ def preset_spec(arch: str, preset: str) -> ModelSpec:
                                  vocab_size=GEMMA_VOCAB, rope_base=1e6, sliding_window=16, context_length=2048),
         ("gemma4", "tiny"): dict(n_layer=6, n_embd=64, n_head=2, n_head_kv=1, head_dim=64, head_dim_swa=32,
                                  n_ff=128, vocab_size=GEMMA_VOCAB, rope_base=1e6, sliding_window=16,
-                                 swa_layers=[True, True, False, True, True, False], shared_kv_layers=2, ple_dim=16,
+                                 swa_layers=[True, True, True, False, True, False], shared_kv_layers=2, ple_dim=16,
                                  final_logit_softcap=30.0, context_length=2048),
         ("gemma4", "e4b"): dict(n_layer=42, n_embd=2560, n_head=8, n_head_kv=2, head_dim=512, head_dim_swa=256,
                                 n_ff=10240, vocab_size=GEMMA_VOCAB, rope_base=1e6, sliding_window=512,
