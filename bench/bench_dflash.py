@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", choices=["assistant", "text"], default="assistant")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--n-max", type=int, default=None, help="drafts per step (default block_size-1)")
+    ap.add_argument("--p-min", type=float, default=None, help="drafter confidence cut (default: DFlashOptions')")
     ap.add_argument("--fixed", action="store_true", help="whole blocks every step (no adaptive drafting, no p_min)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", action="store_true")
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         write_random_model(draft, "dflash", target=target, layers=args.layers, seed=0)
         print(f"wrote a random {args.layers}-layer drafter in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     options = {"n_max": args.n_max} | ({"adaptive": False, "p_min": 0.0} if args.fixed else {})
+    if args.p_min is not None:
+        options["p_min"] = args.p_min
     engine = Engine.load(target, draft=draft, n_ctx=4096, draft_options=options)
     stops = sorted(set(engine.chat_format.stop_token_ids))
     params = SamplingParams(max_tokens=args.tokens, stop_token_ids=stops)

@@ -285,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="target GGUF path or model name (e.g. default-chat)")
     p.add_argument("--out", required=True, help="drafter GGUF to write (checkpoints and data cache beside it)")
     for name, kind in (("steps", int), ("layers", int), ("prompts", int), ("anchors", int), ("max-new", int),
-                       ("seed", int), ("lr", float), ("target-layers", int), ("checkpoint-every", int)):
+                       ("seed", int), ("lr", float), ("target-layers", int), ("checkpoint-every", int),
+                       ("negatives", int)):
         p.add_argument(f"--{name}", type=kind)
     p.add_argument("--quant", choices=["f32", "f16", "q8_0"])
     p.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (and reuse OUT.data.pt)")
@@ -308,7 +309,7 @@ def cmd_train_drafter(args) -> int:
 
     fields = {k: getattr(args, k.replace("-", "_")) for k in ("steps", "layers", "prompts", "anchors", "max_new",
                                                               "seed", "lr", "target_layers", "checkpoint_every",
-                                                              "quant")}
+                                                              "quant", "negatives")}
     cfg = TrainConfig(**{k: v for k, v in fields.items() if v is not None})
     res = train_drafter(resolve_model(args.target), args.out, cfg, threads=args.threads, resume=args.resume,
                         device=str(resolve_device(args.device)))

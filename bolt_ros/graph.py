@@ -25,7 +25,7 @@ class GraphArgs(BaseModel):
     config: str = ""            # assistant parameters file; "" = the package's config/assistant.yaml
     robot_config: str = ""      # simulated robot (limits, animations); "" = the package's config/robot.yaml
     model_path: str = ""        # overrides backend.model_path ("" = keep the config's)
-    draft_path: str = ""        # overrides backend.draft_path
+    draft_path: str = ""        # overrides backend.draft_path (auto | none | a GGUF)
     backend: str = ""           # overrides backend.kind: embedded | openai | scripted
     base_url: str = ""          # overrides backend.base_url (openai)
     device: str = ""            # overrides backend.device (embedded): auto | cpu | cuda | cuda:N

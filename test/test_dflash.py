@@ -455,6 +455,34 @@ def test_adaptive_drafting_keeps_whole_blocks_with_an_agreeing_drafter(models, e
     assert adaptive.spec["tokens_per_pass"] >= 0.8 * fixed.spec["tokens_per_pass"], (adaptive.spec, fixed.spec)
 
 
+def test_adaptive_policy_probes_until_accepted_and_backs_off_when_the_drafter_is_unsure():
+    from bolt_ros.engine.decode.draft_policy import AdaptiveDraft
+
+    p = AdaptiveDraft(7)
+    assert p.probing  # nothing accepted yet: a draft starts with its first slot alone
+    p.update(7, 7, 3)
+    assert not p.probing and p.next_n() == 7
+    q = AdaptiveDraft(7)
+    q.update(7, 0, 0)  # the drafter was unsure of its first slot (p_min cut it to nothing)
+    assert q.next_n() == 0 and q.probing  # plain steps at once, not after a second miss
+
+
+def test_an_unsure_drafter_costs_one_head_row(models, monkeypatch):
+    """While probing, a draft whose first slot is below p_min never reaches the head's other rows."""
+    engine = Engine.load(models["agree"][2], draft=models["agree"][3], n_ctx=512, draft_options={"p_min": 0.999})
+    head = engine.draft.model.output  # the target's own head, borrowed
+    rows, probes = [], []
+    forward, approximate = head.forward, head.approximate
+    monkeypatch.setattr(head, "forward", lambda x: rows.append(x.reshape(-1, x.shape[-1]).shape[0]) or forward(x))
+    monkeypatch.setattr(head, "approximate", lambda x: probes.append(x.shape[0]) or approximate(x))
+    plain = engine.generate(PROMPTS[0], SamplingParams(max_tokens=12), use_draft=False)
+    rows.clear()
+    cut = engine.generate(PROMPTS[0], SamplingParams(max_tokens=12))
+    assert cut.completion_ids == plain.completion_ids and cut.spec["drafted"] == 0
+    assert probes and set(probes) == {1} and len(probes) == cut.spec["drafter_passes"]
+    assert set(rows) == {1}, rows  # only the target's own rows: no drafter pass paid for the other slots
+
+
 def test_p_min_ends_a_draft_at_the_first_unsure_slot(models, engines):
     """The same drafter's slots are below 0.999 confidence: every draft is cut to nothing, output unchanged."""
     fixed = engines["agree"].generate(PROMPTS[0], SamplingParams(max_tokens=24))

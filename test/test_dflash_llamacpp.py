@@ -74,7 +74,8 @@ def pair(tmp_path_factory):
     drafters = {"copy": root / "copy.gguf", "random": root / "random.gguf", "trained": root / "trained.gguf"}
     _copy_drafter(drafters["copy"], target, state)
     tm.write_random_model(drafters["random"], "dflash", target=target, layers=1, seed=1)
-    cfg = TrainConfig(layers=1, prompts=16, max_new=32, steps=150, lr=3e-3, quant="f32", checkpoint_every=150)
+    cfg = TrainConfig(layers=1, prompts=16, max_new=32, steps=150, anchors=16, negatives=0, lr=3e-3, quant="f32",
+                      checkpoint_every=150)
     train_drafter(target, drafters["trained"], cfg, threads=2, progress=False)
     return target, drafters
 

@@ -8,10 +8,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from bolt_ros.engine.decode.generate import Engine
 from bolt_ros.engine.decode.sampling import SamplingParams
-from bolt_ros.train.drafter import TrainConfig, train_drafter
+from bolt_ros.train.drafter import TrainConfig, _vocab_rows, train_drafter
 
 TINY = dict(prompts=3, max_new=12, layers=1, anchors=4, target_layers=2, checkpoint_every=10, lr=3e-3)
 
@@ -25,7 +26,7 @@ def trained(tmp_path_factory):
 
 def test_training_lowers_the_loss_and_writes_a_drafter_the_engine_runs(trained):
     out, res = trained
-    assert res["samples"] == 3 and res["final_loss"] < res["first_loss"], res
+    assert res["samples"] == 3 and not res["data_cached"] and res["final_loss"] < res["first_loss"], res
     engine = Engine.load("smollm2", draft=out, n_ctx=2048)
     assert engine.draft.model.cfg.n_layer == 1 and len(engine.draft.model.cfg.target_layers) == 2
     ids = engine.tok.encode("Hello, how are", add_bos=True)
@@ -38,7 +39,22 @@ def test_resume_continues_from_the_checkpoint_and_reuses_the_data(trained):
     out, _ = trained
     assert out.with_suffix(".ckpt").exists() and out.with_suffix(".data.pt").exists()
     res = train_drafter("smollm2", out, TrainConfig(steps=24, **TINY), threads=2, resume=True, progress=False)
-    assert res["resumed_from"] == 20 and res["steps"] == 24 and res["data_s"] < 5  # no new replies generated
+    assert res["resumed_from"] == 20 and res["steps"] == 24 and res["data_cached"]  # no new replies generated
+
+
+def test_sampled_softmax_rows_hold_every_label():
+    support, labels = torch.tensor([5, 9, 20]), torch.tensor([[9, 20, -100], [5, 5, 9]])
+    rows, idx = _vocab_rows(support, labels, 4, 30, torch.Generator().manual_seed(0))
+    assert torch.equal(rows, torch.unique(rows)) and set(support.tolist()) <= set(rows.tolist())
+    assert len(rows) > len(support)  # random negatives beside the data's tokens
+    assert torch.equal(torch.where(idx >= 0, rows[idx.clamp_min(0)], idx), labels)  # same token, -100 kept
+    assert _vocab_rows(support, labels, 0, 30, None) == (None, labels)  # 0 = the full vocabulary
+
+
+def test_full_softmax_training_lowers_the_loss(tmp_path):  # the fixture trains with the default sampled softmax
+    res = train_drafter("smollm2", tmp_path / "d.gguf", TrainConfig(steps=20, negatives=0, **TINY), threads=2,
+                        progress=False)
+    assert res["final_loss"] < res["first_loss"], res
 
 
 def test_cli_refuses_bad_settings(tmp_path):

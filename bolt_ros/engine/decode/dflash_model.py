@@ -253,6 +253,12 @@ class DFlashDraftModel(nn.Module):
     @torch.inference_mode()
     def draft_logits(self, tokens: list[int], cache: DraftCache) -> torch.Tensor:
         """Logits for block slots 1..B-1 of `tokens` = [anchor, MASK...] at positions cache.n..: [B-1, vocab]."""
+        return self.output(self.draft_hidden(tokens, cache))
+
+    @torch.inference_mode()
+    def draft_hidden(self, tokens: list[int], cache: DraftCache) -> torch.Tensor:
+        """The normalized final rows of slots 1..B-1 (the head's input), [B-1, H]: the head costs ~4x the drafter's
+        layers per row on a CPU, so a caller may score the first slot alone before paying for the others."""
         cfg, start, B = self.cfg, cache.n, len(tokens)
         x = self.tok_embd(torch.tensor(tokens, dtype=torch.long, device=self.device)).float()  # [B, H]
         if self.embedding_scale != 1.0:
@@ -263,7 +269,7 @@ class DFlashDraftModel(nn.Module):
             window = (cfg.sliding_window or 0) if cfg.swa[il] else 0
             vis = ops.Span(start, start + B, window, causal=cfg.causal, device=self.device)
             x = layer(x, cache, angles, vis)
-        return self.output(ops.rms_norm(x[1:], self.out_norm, cfg.rms_eps))  # slot 0 (the anchor) predicts nothing
+        return ops.rms_norm(x[1:], self.out_norm, cfg.rms_eps)  # slot 0 (the anchor) predicts nothing
 
 
 def check_compatible(cfg: DraftConfig, target: Transformer, target_gguf: GGUFFile, draft_name: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 MAX_BACKOFF = 32  # plain steps between probes at most: a useless drafter then costs ~1/32 of a drafter pass per token
 EMA = 0.3  # weight of the newest step in the average of accepted drafts
 MARGIN = 2  # drafts beyond the average accepted count (room to grow back)
+PROBING_BELOW = 1.0  # average accepted drafts under which a draft starts with its first slot alone
 
 
 class FixedDraft:
@@ -24,6 +25,11 @@ class FixedDraft:
     def next_n(self) -> int:
         return self.n_max
 
+    @property
+    def probing(self) -> bool:
+        """True while drafts are rarely accepted: the decoder then checks the drafter's confidence cheaply first."""
+        return False
+
     def update(self, asked: int, drafted: int, accepted: int) -> None:
         self.cut_passes += asked > 0 and drafted == 0
 
@@ -35,6 +41,7 @@ class AdaptiveDraft(FixedDraft):
     def __init__(self, n_max: int):
         super().__init__(n_max)
         self.avg = float(n_max)  # recent accepted drafts per drafting step
+        self.accepted_any = False  # until a draft is accepted, a step probes (short replies pay little for a miss)
         self.misses = 0  # consecutive drafting steps that accepted nothing
         self.backoff = 0  # plain steps still to take
         self.next_backoff = 1
@@ -43,6 +50,10 @@ class AdaptiveDraft(FixedDraft):
     @property
     def n(self) -> int:
         return min(self.n_max, max(1, int(self.avg) + MARGIN))
+
+    @property
+    def probing(self) -> bool:
+        return not self.accepted_any or self.avg < PROBING_BELOW
 
     def next_n(self) -> int:
         if self.backoff > 0:
@@ -55,7 +66,11 @@ class AdaptiveDraft(FixedDraft):
         if asked == 0:  # a backoff step: nothing learned
             return
         self.avg = (1 - EMA) * self.avg + EMA * accepted
+        if drafted == 0:  # the drafter itself was unsure of its first slot (p_min): plain steps for a while
+            self._back_off()
+            return
         if accepted > 0:
+            self.accepted_any = True
             self.misses = 0
             if self.cost[False] is None:  # no plain-step timing yet: acceptance is all there is to go by
                 self.next_backoff = 1

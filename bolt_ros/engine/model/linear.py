@@ -394,6 +394,11 @@ class QuantLinear(nn.Module):
             y = self._refine_top(x2, y)
         return y.reshape(*lead, self.out_features)
 
+    def approximate(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, in] -> [T, out] float32 in the held form, without a head's exact refinement of its top candidates:
+        for estimates that need no exact ranking (a drafter's confidence)."""
+        return self._matmul(x.reshape(-1, self.in_features))
+
     def _refine_top(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Exact fp32 logits for every candidate within HEAD_MARGIN of its row's approximate best.
 

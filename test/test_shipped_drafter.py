@@ -1,0 +1,48 @@
+"""The DFlash drafter shipped for the default chat model: how configs find it, and that it drafts what the model
+writes (held-out assistant prompts, none used in training) without changing a token of it."""
+from __future__ import annotations
+
+import pytest
+
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.decode.sampling import SamplingParams
+from bolt_ros.engine.default_models import (
+    DEFAULT_CHAT_DRAFTER,
+    DEFAULT_CHAT_DRAFTER_FILE,
+    resolve_drafter,
+    resolve_model,
+)
+from bolt_ros.train.prompts import HELD_OUT, assistant_messages
+
+
+def test_auto_finds_the_drafter_of_the_default_chat_model_only():
+    shipped = resolve_model(DEFAULT_CHAT_DRAFTER)
+    assert shipped.name == DEFAULT_CHAT_DRAFTER_FILE and shipped.is_file()
+    assert resolve_drafter("auto", "default-chat") == shipped
+    assert resolve_drafter("auto", resolve_model("default-chat")) == shipped  # the same model given by its path
+    assert resolve_drafter("auto", "smollm2") is None and resolve_drafter("auto", "default") is None
+    assert resolve_drafter("", "default-chat") is None and resolve_drafter("none", "default-chat") is None
+    assert resolve_drafter(str(shipped), "smollm2") == shipped  # an explicit file is taken as given
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine.load("default-chat", draft=resolve_model(DEFAULT_CHAT_DRAFTER), n_ctx=4096,
+                       draft_options={"adaptive": False, "p_min": 0.0})
+
+
+def test_shipped_drafter_is_accepted_and_changes_nothing(engine):
+    # a tool request and a question: the drafter's best and its weakest kind of reply
+    committed = passes = 0
+    for utterance in (HELD_OUT[0], HELD_OUT[3]):
+        messages, tools = assistant_messages(utterance)
+        ids = engine.tok.encode_segments(engine.chat_format.render(messages, tools=tools),
+                                         add_bos=engine.tok.add_bos)
+        params = SamplingParams(max_tokens=32, stop_token_ids=sorted(set(engine.chat_format.stop_token_ids)))
+        plain = engine.generate(ids, params, use_draft=False)
+        spec = engine.generate(ids, params)
+        assert spec.completion_ids == plain.completion_ids, utterance
+        committed += len(spec.completion_ids) - 1
+        passes += spec.spec["target_passes"]
+    # measured 7.3 and 1.3 tokens per pass on these two (bench/bench_dflash.py); a random drafter gives 1.0
+    assert committed / passes >= 2.0, (committed, passes)
