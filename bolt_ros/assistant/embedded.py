@@ -54,6 +54,12 @@ class EmbeddedBackend:
         return cls(engine, sampling, cfg.tool_choice)
 
     @property
+    def label(self) -> str:
+        """What the log names: the model file and its DFlash drafter, if any."""
+        draft = self.engine.draft
+        return f"embedded {self.engine.gguf.path.name}" + (f" + DFlash drafter {draft.path.name}" if draft else "")
+
+    @property
     def context_budget(self) -> int:
         """Tokens a prompt may take: the context less room for the longest reply."""
         return self.engine.n_ctx - self.sampling.max_tokens - 1
