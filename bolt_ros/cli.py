@@ -30,11 +30,17 @@ def _ids(text: str) -> list[int]:
         raise CLIError(f"expected comma-separated token ids, got {text!r}") from None
 
 
+def _draft(args):
+    """--draft: a GGUF path, a name (default-chat-dflash), auto (the drafter shipped for --model) or none."""
+    from bolt_ros.engine.default_models import resolve_drafter
+    return resolve_drafter(getattr(args, "draft", None) or "", args.model)
+
+
 def _engine(args, **kw):
     from bolt_ros.engine.decode.generate import Engine
     from bolt_ros.engine.device import resolve_device
     return Engine.load(args.model, n_ctx=args.ctx, threads=args.threads, progress=sys.stderr.isatty(),
-                       draft=getattr(args, "draft", None), device=resolve_device(args.device), **kw)
+                       draft=_draft(args), device=resolve_device(args.device), **kw)
 
 
 def _sampling(args):
@@ -189,7 +195,7 @@ def cmd_bench(args) -> int:
     from bolt_ros.engine.bench import run_bench
     from bolt_ros.engine.device import resolve_device
     result = run_bench(args.model, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
-                       threads=args.threads, draft=args.draft, repeats=args.repeats, n_ctx=args.ctx,
+                       threads=args.threads, draft=_draft(args), repeats=args.repeats, n_ctx=args.ctx,
                        device=resolve_device(args.device))
     if args.json:
         print(json.dumps(result))
@@ -250,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-ids")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat format")
     p.add_argument("--system")
-    p.add_argument("--draft", help="DFlash drafter GGUF for speculative decoding")
+    p.add_argument("--draft", help="DFlash drafter: a GGUF, a name (default-chat-dflash) or auto")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generate)
 

@@ -53,6 +53,17 @@ def test_generate_json_and_logprobs_agree():
     assert [r["top"][0][0] for r in rows] == res["completion_ids"][:4]  # greedy = teacher-forced argmax
 
 
+def test_draft_names_resolve_like_models():
+    """--draft auto: no drafter ships for smollm2, so plain decoding; a drafter by name is found (and refused for a
+    target it was not made for, as one clear error line)."""
+    out = bolt("generate", "--model", "smollm2", "--prompt", "Hi", "--max-tokens", "2", "--json", "--draft", "auto")
+    assert out.returncode == 0, out.stderr
+    assert "spec" not in json.loads(out.stdout)
+    out = bolt("generate", "--model", "smollm2", "--prompt", "Hi", "--max-tokens", "2", "--draft",
+               "default-chat-dflash")
+    assert out.returncode != 0 and "drafter" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
 def test_chat_reuses_the_prefix_on_the_second_turn():
     out = bolt("chat", "--model", "smollm2", "--max-tokens", "16",
                stdin="Hello! Who are you?\nWhat can you do?\n")
