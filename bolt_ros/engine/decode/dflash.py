@@ -14,7 +14,8 @@ One step, with the last committed token `anchor` at position s (not yet in the t
   4. rollback: the target cache keeps positions <= s + a (a = accepted drafts); the drafter gets context rows for
      exactly those positions, from the verify pass's captured hidden states.
 
-Invariant between steps: target cache = drafter context = every committed token but the last (the next anchor).
+Invariant between steps: target cache = drafter context (injected rows, then rows waiting for the next draft) =
+every committed token but the last (the next anchor).
 """
 from __future__ import annotations
 
@@ -50,15 +51,40 @@ class DFlashOptions(BaseModel):
 
 
 class _DraftState:
-    """The drafter context belonging to one target Session (kept across generations for prefix reuse)."""
+    """The drafter context belonging to one target Session (kept across generations for prefix reuse).
 
-    def __init__(self, cache: DraftCache):
-        self.cache = cache
-        self.tokens: list[int] = []  # the tokens whose target features fill cache rows 0..n-1
+    Rows of plain steps wait in `_rows` and are injected together before the next draft: a step that drafts nothing
+    then only keeps its captured features (injecting one row is ~1 ms of small matmuls and dispatch; a batch of them
+    costs about the same as one)."""
+
+    def __init__(self, model: DFlashDraftModel, cache: DraftCache):
+        self.model, self.cache = model, cache
+        self._tokens: list[int] = []  # the tokens whose target features fill cache rows 0..n-1
+        self._rows: list[torch.Tensor] = []  # [T_i, n_layers * H] features not injected yet
+        self._row_tokens: list[int] = []
+
+    @property
+    def tokens(self) -> list[int]:
+        """Every token the context holds or will hold once the waiting rows are injected."""
+        return self._tokens + self._row_tokens
+
+    def add(self, features: torch.Tensor, tokens: list[int], *, now: bool) -> None:
+        self._rows.append(features)
+        self._row_tokens.extend(tokens)
+        if now:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._rows:
+            self.model.inject(torch.cat(self._rows), self.cache)
+            self._tokens.extend(self._row_tokens)
+            self._rows.clear()
+            self._row_tokens.clear()
 
     def truncate(self, n: int) -> None:
+        self.flush()
         self.cache.truncate(min(n, self.cache.n))
-        del self.tokens[n:]
+        del self._tokens[n:]
 
 
 class Drafter:
@@ -78,7 +104,7 @@ class Drafter:
     def state(self, session) -> _DraftState:
         st = self._states.get(session)
         if st is None:
-            st = self._states[session] = _DraftState(self.model.new_cache())
+            st = self._states[session] = _DraftState(self.model, self.model.new_cache())
         return st
 
     def features(self, hidden: dict[int, torch.Tensor]) -> torch.Tensor:
@@ -104,9 +130,8 @@ class DFlashDecoder:
         self.policy = AdaptiveDraft(drafter.n_max) if drafter.options.adaptive else FixedDraft(drafter.n_max)
 
     # --- target passes with feature capture --------------------------------------------------------------------
-    def _inject(self, hidden: dict[int, torch.Tensor], tokens: list[int]) -> None:
-        self.drafter.model.inject(self.drafter.features(hidden), self.state.cache)
-        self.state.tokens.extend(tokens)
+    def _inject(self, hidden: dict[int, torch.Tensor], tokens: list[int], now: bool = True) -> None:
+        self.state.add(self.drafter.features(hidden), tokens, now=now)
 
     # --- Decoder protocol ----------------------------------------------------------------------------------------
     def prefill(self, ids: list[int]) -> None:
@@ -135,7 +160,7 @@ class DFlashDecoder:
         new = self.verify(out.logits, drafts, recent)
         a = len(new) - 1
         self.session.truncate(start + a + 1)  # drop the rejected drafts' KV (sliding layers included)
-        self._inject({i: h[: a + 1] for i, h in out.hidden.items()}, block[: a + 1])
+        self._inject({i: h[: a + 1] for i, h in out.hidden.items()}, block[: a + 1], now=False)
         self.verify_s += time.perf_counter() - t1
         self.draft_s += t1 - t0
         self.log.append((drafts, a))
@@ -147,6 +172,7 @@ class DFlashDecoder:
 
     def _draft(self, anchor: int, n: int) -> list[int]:
         model = self.drafter.model
+        self.state.flush()  # the rows of the plain steps since the last draft
         hidden = model.draft_hidden([anchor] + [model.cfg.mask_token_id] * n, self.state.cache)  # [n, H]
         constraint = self.sampler.constraint
         gate = self.drafter.p_min > 0 and constraint is None
