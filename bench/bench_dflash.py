@@ -33,14 +33,9 @@ TEXT_PROMPT = "The robot arm moved slowly toward the red cube on the table, and 
 def _prompts(engine: Engine, kind: str) -> list[tuple[str, list[int]]]:
     if kind == "text":
         return [(TEXT_PROMPT, engine.tok.encode(TEXT_PROMPT, add_bos=engine.tok.add_bos))]
-    from bolt_ros.train.prompts import HELD_OUT, assistant_messages
+    from bolt_ros.train.prompts import HELD_OUT, assistant_prompt_ids
 
-    out = []
-    for u in HELD_OUT:
-        messages, tools = assistant_messages(u)
-        ids = engine.tok.encode_segments(engine.chat_format.render(messages, tools=tools), add_bos=engine.tok.add_bos)
-        out.append((u, ids))
-    return out
+    return [(u, assistant_prompt_ids(engine, u)) for u in HELD_OUT]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     target = resolve_model(args.target)
     tmp = tempfile.TemporaryDirectory()
-    draft = args.draft
+    draft = str(resolve_model(args.draft)) if args.draft else None  # a path or a name (default-chat-dflash)
     if draft is None:
         from bolt_ros.devtools.testmodel import write_random_model
 

@@ -27,7 +27,7 @@ import pytest
 from bolt_ros.devtools import testmodel as tm
 from bolt_ros.engine.decode.generate import Engine
 from bolt_ros.engine.decode.sampling import SamplingParams
-from bolt_ros.train.prompts import HELD_OUT, assistant_messages
+from bolt_ros.train.prompts import HELD_OUT, assistant_prompt_ids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from llamacpp_ref import LlamaServer, llama_bin_dir
@@ -80,18 +80,9 @@ def pair(tmp_path_factory):
     return target, drafters
 
 
-def _prompts(engine: Engine) -> list[list[int]]:
-    out = []
-    for u in HELD_OUT[:4]:
-        messages, tools = assistant_messages(u)
-        out.append(engine.tok.encode_segments(engine.chat_format.render(messages, tools=tools),
-                                              add_bos=engine.tok.add_bos))
-    return out
-
-
 def _ours(target: Path, draft: Path) -> tuple[list[list[int]], list[list[int]], list[int]]:
     engine = Engine.load(target, draft=draft, n_ctx=2048, draft_options={"adaptive": False, "p_min": 0.0})
-    prompts = _prompts(engine)
+    prompts = [assistant_prompt_ids(engine, u) for u in HELD_OUT[:4]]
     texts, accepted = [], []
     for ids in prompts:
         res = engine.generate(ids, SamplingParams(max_tokens=N_NEW, stop_token_ids=[]))

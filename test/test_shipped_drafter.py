@@ -12,7 +12,7 @@ from bolt_ros.engine.default_models import (
     resolve_drafter,
     resolve_model,
 )
-from bolt_ros.train.prompts import HELD_OUT, assistant_messages
+from bolt_ros.train.prompts import HELD_OUT, assistant_prompt_ids
 
 
 def test_auto_finds_the_drafter_of_the_default_chat_model_only():
@@ -35,9 +35,7 @@ def test_shipped_drafter_is_accepted_and_changes_nothing(engine):
     # a tool request and a question: the drafter's best and its weakest kind of reply
     committed = passes = 0
     for utterance in (HELD_OUT[0], HELD_OUT[3]):
-        messages, tools = assistant_messages(utterance)
-        ids = engine.tok.encode_segments(engine.chat_format.render(messages, tools=tools),
-                                         add_bos=engine.tok.add_bos)
+        ids = assistant_prompt_ids(engine, utterance)
         params = SamplingParams(max_tokens=32, stop_token_ids=sorted(set(engine.chat_format.stop_token_ids)))
         plain = engine.generate(ids, params, use_draft=False)
         spec = engine.generate(ids, params)

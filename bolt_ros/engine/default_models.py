@@ -151,7 +151,7 @@ def _default_chat_drafter() -> Path:
 _NAMED = {DEFAULT: _gemma3_270m, DEFAULT_CHAT: _qwen_coder_05b, SMOLLM2: _smollm2,
           "qwen2.5-coder-0.5b": _qwen_coder_05b, "qwen2.5-coder-1.5b": _qwen_coder_15b,
           DEFAULT_CHAT_DRAFTER: _default_chat_drafter}
-_SHIPPED_DRAFTERS = {DEFAULT_CHAT: DEFAULT_CHAT_DRAFTER, "qwen2.5-coder-0.5b": DEFAULT_CHAT_DRAFTER}
+_SHIPPED_DRAFTERS = {QWEN_CODER_05B.file: DEFAULT_CHAT_DRAFTER}  # target file name -> its drafter's name
 
 
 def resolve_drafter(draft: str, model: str | Path) -> Path | None:
@@ -161,9 +161,7 @@ def resolve_drafter(draft: str, model: str | Path) -> Path | None:
         return None
     if draft != AUTO:
         return resolve_model(draft)
-    name = _SHIPPED_DRAFTERS.get(str(model).lower())
-    if name is None and Path(str(model)).name == QWEN_CODER_05B.file:  # the same file given by its path
-        name = DEFAULT_CHAT_DRAFTER
+    name = _SHIPPED_DRAFTERS.get(resolve_model(model).name)
     return resolve_model(name) if name else None
 
 

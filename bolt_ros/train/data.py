@@ -14,7 +14,7 @@ from tqdm import tqdm
 from bolt_ros.engine.decode.decoders import common_prefix
 from bolt_ros.engine.decode.generate import Engine
 from bolt_ros.engine.decode.sampling import SamplingParams
-from bolt_ros.train.prompts import assistant_messages
+from bolt_ros.train.prompts import assistant_prompt_ids
 
 
 @dataclass
@@ -45,12 +45,6 @@ class Dataset:
                    [Sample(t, r, f) for t, r, f in st["samples"]])
 
 
-def _prompt_ids(engine: Engine, utterance: str) -> list[int]:
-    messages, tools = assistant_messages(utterance)
-    segments = engine.chat_format.render(messages, tools=tools)
-    return engine.tok.encode_segments(segments, add_bos=engine.tok.add_bos)
-
-
 def _features(engine: Engine, session, ids: list[int], capture: tuple[int, ...]) -> torch.Tensor:
     """Features of the positions `session` does not hold yet (prefix reuse), [n_new, n_layers * H] fp16."""
     rows: list[torch.Tensor] = []
@@ -64,7 +58,7 @@ def _features(engine: Engine, session, ids: list[int], capture: tuple[int, ...])
 
 def build(engine: Engine, utterances: list[str], capture: tuple[int, ...], max_new: int = 96,
           progress: bool = True) -> Dataset:
-    prompts = [_prompt_ids(engine, u) for u in utterances]
+    prompts = [assistant_prompt_ids(engine, u) for u in utterances]
     prefix_len = common_prefix(*prompts) if len(prompts) > 1 else len(prompts[0]) - 1
     feat_session = engine.new_session()
     prefix = _features(engine, feat_session, prompts[0][:prefix_len], capture)

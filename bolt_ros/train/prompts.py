@@ -41,6 +41,12 @@ def training_utterances(n: int, seed: int = 0) -> list[str]:
     return out
 
 
+def assistant_prompt_ids(engine, utterance: str) -> list[int]:
+    """The token ids the assistant's embedded backend feeds `engine` for `utterance` (its messages, its tools)."""
+    messages, tools = assistant_messages(utterance)
+    return engine.tok.encode_segments(engine.chat_format.render(messages, tools=tools), add_bos=engine.tok.add_bos)
+
+
 def assistant_messages(utterance: str) -> tuple[list[dict], list[dict]]:
     """(messages, tools) the assistant sends for `utterance` on the default config and the robot's animations."""
     from bolt_ros.assistant.config import from_ros_parameters, load_params_file

@@ -41,8 +41,8 @@ class DFlashOptions(BaseModel):
     n_max: int | None = Field(None, ge=1, description="drafts per step; None or > block_size-1 = block_size-1")
     adaptive: bool = Field(True, description="shrink the draft while acceptance is low and back off to plain steps "
                                              "while nothing is accepted (draft_policy.AdaptiveDraft)")
-    # 0.5: the shipped drafter on bench_dflash's held-out prompts: 1.50x and 2.64 tokens/pass, slowest prompt 0.92x
-    # (0.1: 1.40x, 2.68, 0.58x - confident-but-wrong drafts on questions; 0.8: 1.34x, 2.22, 0.84x)
+    # 0.5: chosen on the shipped drafter and bench_dflash's held-out prompts (docs/dflash.md): 0.1 let confident but
+    # wrong drafts through on questions (slowest prompt 0.58x), 0.8 cut good drafts short (2.22 tokens/pass, 1.34x)
     p_min: float = Field(0.5, ge=0.0, lt=1.0, description="a draft ends before the first slot whose drafter "
                                                           "probability is below this (0 = never)")
     embedding_scale: float | Literal["gguf", "none", "sqrt"] = Field(

@@ -251,14 +251,10 @@ class DFlashDraftModel(nn.Module):
         cache.n = start + T
 
     @torch.inference_mode()
-    def draft_logits(self, tokens: list[int], cache: DraftCache) -> torch.Tensor:
-        """Logits for block slots 1..B-1 of `tokens` = [anchor, MASK...] at positions cache.n..: [B-1, vocab]."""
-        return self.output(self.draft_hidden(tokens, cache))
-
-    @torch.inference_mode()
     def draft_hidden(self, tokens: list[int], cache: DraftCache) -> torch.Tensor:
-        """The normalized final rows of slots 1..B-1 (the head's input), [B-1, H]: the head costs ~4x the drafter's
-        layers per row on a CPU, so a caller may score the first slot alone before paying for the others."""
+        """The final normalized rows of block slots 1..B-1 of `tokens` = [anchor, MASK...] at positions cache.n..,
+        [B-1, H]: `output` (the head) makes them logits. The head costs ~4x the drafter's layers per row on a CPU, so
+        a caller may score the first slot alone before paying for the others."""
         cfg, start, B = self.cfg, cache.n, len(tokens)
         x = self.tok_embd(torch.tensor(tokens, dtype=torch.long, device=self.device)).float()  # [B, H]
         if self.embedding_scale != 1.0:
