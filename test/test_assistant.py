@@ -360,3 +360,9 @@ def test_a_repeated_call_ends_the_turn_and_a_call_written_as_text_is_not_spoken(
     loop3, events3, _ = _loop(ScriptedBackend(as_text))
     res3 = loop3.run(conv, conv.user_message("x"), [], enable_thinking=False, cancel=threading.Event())
     assert [e for e in events3 if e.kind == "sentence"] == [] and res3.stopped == "tool call as text"
+    # inside words too (what sampled Qwen 0.5B said after a nod), and it stops the reply there; braces are words
+    for said, spoken in (('I nodded. ({"name": "nod", "arguments": {}}) Bye.', ["I nodded."]),
+                         ("I nodded {happily}. Bye.", ["I nodded {happily}.", "Bye."])):
+        loop5, _, _ = _loop(ScriptedBackend([{"match": ".", "reply": [{"text": said}]}]))
+        res5 = loop5.run(conv, conv.user_message("x"), [], enable_thinking=False, cancel=threading.Event())
+        assert res5.spoken == spoken and (res5.stopped == "tool call as text") == (len(spoken) == 1), said

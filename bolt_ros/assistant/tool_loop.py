@@ -15,6 +15,7 @@ reported through `emit` as it happens.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -160,7 +161,7 @@ class ToolLoop:
         """Emit a sentence for speech unless it repeats one of this turn; False when the reply must stop here."""
         if res.stopped:
             return False
-        if sentence.lstrip().startswith(("{", "<tool_call>", "<|tool_call>", "```")):  # a call as text: not speech
+        if _CALL_AS_TEXT.search(sentence):  # a call written as text (any backend's model): not speech
             res.stopped = "tool call as text"
             return False
         if _norm(sentence) in {_norm(s) for s in res.spoken}:
@@ -221,6 +222,11 @@ def _utf8_bound(messages: list[dict], tools: list[dict]) -> int:
     """An upper bound on the prompt's tokens without tokenizing: a byte-level BPE or SPM token covers at least one
     UTF-8 byte of text, plus a generous 16 tokens of template markup per message."""
     return len(json.dumps([messages, tools], ensure_ascii=False).encode()) + 16 * len(messages)
+
+
+# a call opener, a code fence, a leading `{` or a JSON object anywhere (`({"name": "nod", ...})`), never braces
+# around words: the grammar keeps embedded models from these, an OpenAI-compatible server's model may still write them
+_CALL_AS_TEXT = re.compile(r'^\s*\{|<tool_call>|<\|tool_call>|```|\{\s*"')
 
 
 def _norm(sentence: str) -> str:

@@ -105,13 +105,19 @@ def hermes_call_schema(tools: list[dict]) -> dict:
     return {"anyOf": calls, "x-guidance": JSON_STYLE}
 
 
+# Spoken text never holds a JSON object: `{` then `"` is how a call written as text starts (sampled Qwen 0.5B said
+# `({"name": "nod", "arguments": {}})` after a nod), while braces around words stay allowed.
+NO_JSON = r'~/(?s:.*)\{[ \t\r\n]*"(?s:.*)/'
+
+
 def words_grammar(opener: str, bare_json: bool) -> str:
-    """A reply of words only: some non-space text, without `opener` or a code fence anywhere, not opening with a
-    bracket (bare_json: nor `{`). Held only to "no call", Qwen2.5 0.5B answered tool results with "```json"."""
+    """A reply of words only: some non-space text, without `opener`, a code fence or a JSON object anywhere, not
+    opening with a bracket (bare_json: nor `{`). Held only to "no call", Qwen2.5 0.5B answered tool results with
+    "```json"."""
     first = r"[ \t\r\n]*[^ \t\r\n{<\[`]" if bare_json else r"[ \t\r\n]*[^ \t\r\n<\[`]"
     banned = re.escape(opener).replace("/", "\\/")
     return (f"%llguidance {{}}\nstart: WORDS\n"
-            f"WORDS: /{first}(?s:.*)/ & ~/(?s:.*)({banned}|```)(?s:.*)/\n")
+            f"WORDS: /{first}(?s:.*)/ & ~/(?s:.*)({banned}|```)(?s:.*)/ & {NO_JSON}\n")
 
 
 def hermes_grammar(tools: list[dict], mode: str = "auto") -> str:
@@ -122,7 +128,7 @@ def hermes_grammar(tools: list[dict], mode: str = "auto") -> str:
     common = f"""
 call_json: %json {schema}
 body: "\\n" call_json "\\n{HERMES_CLOSE}"
-TEXT: /(?s:.*)/
+TEXT: /(?s:.*)/ & {NO_JSON}
 """
     if mode == "required":  # the trained shape: calls one per block, a newline between blocks
         return f'%llguidance {{}}\nstart: "{HERMES_OPEN}" body ("\\n{HERMES_OPEN}" body)*\n' + common
@@ -132,7 +138,7 @@ start: bare_reply | TEXT0 | head0 body (head body)* TEXT
 bare_reply: WS? call_json ("\\n" call_json)* WS?
 head0[lazy]: TEXT0 "{HERMES_OPEN}"
 head[lazy]: TEXT "{HERMES_OPEN}"
-TEXT0: /(?s:.*)/ & ~/[ \\t\\r\\n]*\\{{(?s:.*)/
+TEXT0: /(?s:.*)/ & ~/[ \\t\\r\\n]*\\{{(?s:.*)/ & {NO_JSON}
 WS: /[ \\t\\r\\n]+/
 """ + common
 
@@ -243,7 +249,7 @@ def gemma4_grammar(tools: list[dict], mode: str = "auto") -> str:
     if mode == "required":  # from the first token: with thinking on, that means no thought before the calls
         top += f'start: "{G4_OPEN}" call ("{G4_OPEN}" call)*\n'
     else:
-        top += f'start: (head call)* TEXT\nhead[lazy]: TEXT "{G4_OPEN}"\nTEXT: /(?s:.*)/\n'
+        top += f'start: (head call)* TEXT\nhead[lazy]: TEXT "{G4_OPEN}"\nTEXT: /(?s:.*)/ & {NO_JSON}\n'
     top += f'call: ({" | ".join(calls)}) "{G4_CLOSE}"\n'
     return top + "\n".join(rules.rules) + "\n" + (_G4_ANY if rules.uses_any else "")
 
