@@ -8,7 +8,8 @@ losslessness check, over a prompt set.
 rendered as the assistant renders them (system prompt, tools). --prompts text: one plain text continuation.
 Without --draft a random drafter (the test-model writer) is written for the target first: that measures the cost
 side (a random drafter is accepted almost never). --fixed turns the adaptive policy off (whole blocks every step).
---repeats N (3) runs each prompt N times on both sides, in turn, and sums the times.
+--repeats N (3) runs each prompt at least N times on both sides, in turn, and until each side has decoded for
+--min-seconds (2.0), and sums the times.
 Reported: committed tokens per target pass and decode tok/s of both runs summed over the set, the slowest prompt's
 speed ratio, and per-prompt figures. Exit 1 if any greedy output differs from plain decoding.
 """
@@ -47,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--n-max", type=int, default=None, help="drafts per step (default block_size-1)")
     ap.add_argument("--p-min", type=float, default=None, help="drafter confidence cut (default: DFlashOptions')")
+    ap.add_argument("--anchor-min", type=float, default=None, help="target confidence to probe at (default: "
+                                                                     "DFlashOptions')")
     ap.add_argument("--fixed", action="store_true", help="whole blocks every step (no adaptive drafting, no p_min)")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--repeats", type=int, default=3, help="plain/DFlash runs per prompt, in turn (times summed)")
+    ap.add_argument("--repeats", type=int, default=3, help="plain/DFlash runs per prompt at least, in turn (times "
+                                                           "summed)")
+    ap.add_argument("--min-seconds", type=float, default=2.0, help="...and until each side decoded this long")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.threads:
@@ -65,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         write_random_model(draft, "dflash", target=target, layers=args.layers, seed=0)
         print(f"wrote a random {args.layers}-layer drafter in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    options = {"n_max": args.n_max} | ({"adaptive": False, "p_min": 0.0} if args.fixed else {})
+    options = {"n_max": args.n_max} | ({"adaptive": False, "p_min": 0.0, "anchor_min": 0.0} if args.fixed else {})
     if args.p_min is not None:
         options["p_min"] = args.p_min
+    if args.anchor_min is not None:
+        options["anchor_min"] = args.anchor_min
     engine = Engine.load(target, draft=draft, n_ctx=4096, draft_options=options)
     stops = sorted(set(engine.chat_format.stop_token_ids))
     params = SamplingParams(max_tokens=args.tokens, stop_token_ids=stops)
@@ -77,18 +84,24 @@ def main(argv: list[str] | None = None) -> int:
     rows, equal = [], True
     sums = {"plain_s": 0.0, "spec_s": 0.0, "plain_tok": 0, "spec_tok": 0, "committed": 0, "passes": 0}
     for text, ids in prompts:
-        # plain and DFlash in turn, `repeats` times; a prompt's times are summed over its runs on both sides (a reply
-        # of a few tokens decodes in ~150 ms, which this VM's noise moves by 10-25 % from one run to the next)
+        # plain and DFlash in turn, at least `repeats` times and until each side has decoded for --min-seconds; a
+        # prompt's times are summed over its runs on both sides. A reply of a few tokens decodes in ~150 ms, which
+        # this VM's neighbours move by 10-40 % from one run to the next. One session per side: after the first run
+        # the prompt's KV is reused (only its last token is prefilled again), so repeats cost decode time only.
         t = {"plain_s": 0.0, "spec_s": 0.0, "plain_tok": 0, "spec_tok": 0}
-        same = True
-        for _ in range(args.repeats):
-            plain = engine.generate(ids, params, use_draft=False)
-            spec = engine.generate(ids, params)
+        same, runs = True, 0
+        plain_session, spec_session = engine.new_session(), engine.new_session()
+        while runs < args.repeats or min(t["plain_s"], t["spec_s"]) < args.min_seconds:
+            plain = engine.generate(ids, params, use_draft=False, session=plain_session)
+            spec = engine.generate(ids, params, session=spec_session)
             same &= plain.completion_ids == spec.completion_ids
             t["plain_s"] += plain.timings.decode_s
             t["spec_s"] += spec.timings.decode_s
             t["plain_tok"] += plain.timings.decode_tokens
             t["spec_tok"] += spec.timings.decode_tokens
+            runs += 1
+            if not plain.timings.decode_tokens:  # a one-token reply has no decode time to accumulate
+                break
         equal &= same
         s = spec.spec
         for k, v in t.items():
@@ -98,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         plain_tok_s = t["plain_tok"] / t["plain_s"] if t["plain_s"] else 0.0
         spec_tok_s = t["spec_tok"] / t["spec_s"] if t["spec_s"] else 0.0
         ratio = spec_tok_s / plain_tok_s if plain_tok_s else None
-        rows.append({"prompt": text, "tokens": len(spec.completion_ids), "greedy_equal": same,
+        rows.append({"prompt": text, "tokens": len(spec.completion_ids), "greedy_equal": same, "runs": runs,
                      "tokens_per_pass": s["tokens_per_pass"], "speed_ratio": round(ratio, 3) if ratio else None,
                      "plain_tok_s": round(plain_tok_s, 2), "spec_tok_s": round(spec_tok_s, 2),
                      "drafter_passes": s["drafter_passes"],
@@ -119,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             if k != "per_prompt":
                 print(f"{k:>22}: {v}")
         for r in rows:
-            print(f"  {r['tokens_per_pass']:5.2f} tok/pass  x{r['speed_ratio']}  {r['prompt'][:50]!r}"
+            print(f"  {r['tokens_per_pass']:5.2f} tok/pass  x{r['speed_ratio']}  {r['runs']:2d} runs  "
+                  f"{r['prompt'][:50]!r}"
                   f"{'' if r['greedy_equal'] else '  MISMATCH'}")
     return 0 if equal else 1
 

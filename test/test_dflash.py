@@ -449,10 +449,13 @@ def test_adaptive_drafting_is_lossless_and_cheap_with_a_useless_drafter(models):
 def test_adaptive_drafting_keeps_whole_blocks_with_an_agreeing_drafter(models, engines):
     fixed = engines["agree"].generate(PROMPTS[0], SamplingParams(max_tokens=48))
     # p_min off: this random echo model agrees with its drafter on the argmax, from a flat distribution
-    engine = Engine.load(models["agree"][2], draft=models["agree"][3], n_ctx=512, draft_options={"p_min": 0.0})
-    adaptive = engine.generate(PROMPTS[0], SamplingParams(max_tokens=48))
-    assert adaptive.completion_ids == fixed.completion_ids
-    assert adaptive.spec["tokens_per_pass"] >= 0.8 * fixed.spec["tokens_per_pass"], (adaptive.spec, fixed.spec)
+    # p_min 1e-9: every slot passes, through the gated path (the head's held form, HEAD_ROWS rows at a time)
+    for p_min in (0.0, 1e-9):
+        engine = Engine.load(models["agree"][2], draft=models["agree"][3], n_ctx=512,
+                             draft_options={"p_min": p_min, "anchor_min": 0.0})
+        adaptive = engine.generate(PROMPTS[0], SamplingParams(max_tokens=48))
+        assert adaptive.completion_ids == fixed.completion_ids
+        assert adaptive.spec["tokens_per_pass"] >= 0.8 * fixed.spec["tokens_per_pass"], (adaptive.spec, fixed.spec)
 
 
 def test_adaptive_policy_probes_until_accepted_and_backs_off_when_the_drafter_is_unsure():
@@ -469,7 +472,8 @@ def test_adaptive_policy_probes_until_accepted_and_backs_off_when_the_drafter_is
 
 def test_an_unsure_drafter_costs_one_head_row(models, monkeypatch):
     """While probing, a draft whose first slot is below p_min never reaches the head's other rows."""
-    engine = Engine.load(models["agree"][2], draft=models["agree"][3], n_ctx=512, draft_options={"p_min": 0.999})
+    engine = Engine.load(models["agree"][2], draft=models["agree"][3], n_ctx=512,
+                         draft_options={"p_min": 0.999, "anchor_min": 0.0})  # a flat target: the anchor gate off
     head = engine.draft.model.output  # the target's own head, borrowed
     rows, probes = [], []
     forward, approximate = head.forward, head.approximate
@@ -481,6 +485,24 @@ def test_an_unsure_drafter_costs_one_head_row(models, monkeypatch):
     assert cut.completion_ids == plain.completion_ids and cut.spec["drafted"] == 0
     assert probes and set(probes) == {1} and len(probes) == cut.spec["drafter_passes"]
     assert set(rows) == {1}, rows  # only the target's own rows: no drafter pass paid for the other slots
+
+
+def test_while_probing_a_token_the_target_was_unsure_of_runs_no_drafter(models, monkeypatch):
+    """anchor_min: after a token the target gave less than anchor_min (this random target's flat distribution gives
+    no token 0.999), a probing step is a plain step and the drafter does not run at all; output unchanged."""
+    passes = {}
+    for q in (0.999, 0.0):  # 0: the negative control, the same run with the gate off
+        engine = Engine.load(models["agree"][2], draft=models["agree"][3], n_ctx=512,
+                             draft_options={"p_min": 0.999, "anchor_min": q})
+        calls: list[int] = []
+        passes[q] = calls
+        draft_hidden = engine.draft.model.draft_hidden
+        monkeypatch.setattr(engine.draft.model, "draft_hidden",
+                            lambda t, c, calls=calls, f=draft_hidden: calls.append(len(t)) or f(t, c))
+        plain = engine.generate(PROMPTS[0], SamplingParams(max_tokens=12), use_draft=False)
+        gated = engine.generate(PROMPTS[0], SamplingParams(max_tokens=12))
+        assert gated.completion_ids == plain.completion_ids and gated.spec["anchor_min"] == q
+    assert passes[0.999] == [] and passes[0.0] and set(passes[0.0]) == {2}  # probes: [anchor, MASK] blocks
 
 
 def test_p_min_ends_a_draft_at_the_first_unsure_slot(models, engines):

@@ -34,6 +34,8 @@ from bolt_ros.engine.decode.sampling import Sampler
 from bolt_ros.engine.gguf.reader import GGUFFile
 from bolt_ros.engine.model.weights import WeightStore
 
+HEAD_ROWS = 4  # drafter head rows scored at a time when a draft may stop early (see DFlashDecoder._draft)
+
 
 class DFlashOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -45,6 +47,13 @@ class DFlashOptions(BaseModel):
     # wrong drafts through on questions (slowest prompt 0.58x), 0.8 cut good drafts short (2.22 tokens/pass, 1.34x)
     p_min: float = Field(0.5, ge=0.0, lt=1.0, description="a draft ends before the first slot whose drafter "
                                                           "probability is below this (0 = never)")
+    # 0.6, chosen on bench_dflash's held-out prompts (docs/dflash.md): a reply's first token had 0.86-0.91 where the
+    # reply was a tool call (drafts accepted from the first step) and 0.32-0.41 where it was free speech (none
+    # accepted); a probe costs ~8 ms on 2 cores, 4-5 % of a 4-token reply's decode. 0.5 let a 0.51 token of such a
+    # reply probe (slowest prompt 0.86x against 0.92x in the same conditions)
+    anchor_min: float = Field(0.6, ge=0.0, lt=1.0, description="while probing (nothing accepted lately), draft only "
+                                                               "after a token the target gave at least this "
+                                                               "probability (0 = always)")
     embedding_scale: float | Literal["gguf", "none", "sqrt"] = Field(
         "gguf", description="drafter input embedding scale: 'gguf' = dflash.embedding_scale if the file has it, "
                             "else unscaled (llama.cpp); 'none' = 1; 'sqrt' = sqrt(hidden) (HF-style training)")
@@ -122,6 +131,7 @@ class DFlashDecoder:
         self.model = engine.model
         self.state = drafter.state(session)
         self.logits: torch.Tensor | None = None  # the target's next-token logits after prefill
+        self.anchor_logits: torch.Tensor | None = None  # [vocab] the target's row that gave the pending token
         self.pending: int | None = None  # committed, not yet in either cache
         self.n_prompt = 0
         self.log: list[tuple[list[int], int]] = []  # per step: (drafted tokens, accepted count)
@@ -146,9 +156,12 @@ class DFlashDecoder:
     def step(self, recent: list[int]) -> list[int]:
         if self.pending is None:  # the first token comes from the prefill logits
             self.pending = self.sampler.sample(self.logits, recent)
+            self.anchor_logits = self.logits
             return [self.pending]
         start = self.session.cache.n_past
         n = min(self.policy.next_n(), self.engine.n_ctx - start - 1)
+        if n > 0 and self._target_unsure():
+            n = 0  # a plain step, as if backing off (the policy learns nothing from it)
         anchor = self.pending
         t0 = time.perf_counter()
         drafts = self._draft(anchor, n) if n > 0 else []  # none: a plain step (the drafter's context still grows)
@@ -168,28 +181,52 @@ class DFlashDecoder:
         self.policy.observe(n, time.perf_counter() - t0, len(new))
         self.committed += len(new)
         self.pending = new[-1]
+        self.anchor_logits = out.logits[a]
         return new
+
+    def _target_unsure(self) -> bool:
+        """While probing: the target gave the anchor less than anchor_min. Where the target itself is unsure (free
+        speech) its next tokens are hard to foresee and a probe rarely pays; the check is free (the logits are at
+        hand), a probe is not. Never with a grammar (forced tokens are drafted whatever the drafter says)."""
+        q = self.drafter.options.anchor_min
+        if q <= 0 or self.sampler.constraint is not None or not self.policy.probing or self.anchor_logits is None:
+            return False
+        return float(torch.softmax(self.anchor_logits.float(), dim=-1).max()) < q
 
     def _draft(self, anchor: int, n: int) -> list[int]:
         model = self.drafter.model
         self.state.flush()  # the rows of the plain steps since the last draft
-        hidden = model.draft_hidden([anchor] + [model.cfg.mask_token_id] * n, self.state.cache)  # [n, H]
+        mask = model.cfg.mask_token_id
         constraint = self.sampler.constraint
         gate = self.drafter.p_min > 0 and constraint is None
         if gate and self.policy.probing and n > 1:
-            # recent steps accepted little: score slot 1 alone first (the head's held form, unrefined: a confidence
-            # needs no exact ranking), so a draft the drafter is unsure of costs one head row instead of n
-            if float(torch.softmax(model.output.approximate(hidden[:1]), dim=-1).max()) < self.drafter.p_min:
+            # recent steps accepted little: score slot 1 alone first, from a block of [anchor, MASK] (slot 1's
+            # confidence with the other masks absent: it picked the same token on 76 of 77 bench steps) and the head's
+            # held form unrefined (a confidence needs no exact ranking), so a draft the drafter is unsure of costs
+            # ~4 ms of drafter and one head row (~4.5 ms) instead of a whole block (~7 ms) and n rows
+            probe = model.draft_hidden([anchor, mask], self.state.cache)  # [1, H]
+            if float(torch.softmax(model.output.approximate(probe), dim=-1).max()) < self.drafter.p_min:
                 return []  # then this is a plain step
-        logits = model.output(hidden)  # [n, vocab]
-        if gate:  # keep the leading slots the drafter is confident of
-            # (with a grammar every slot is kept: the tokens it forces get repaired in below, whatever the drafter says)
-            p, ids = torch.softmax(logits.float(), dim=-1).max(dim=-1)  # [n]
+        hidden = model.draft_hidden([anchor] + [mask] * n, self.state.cache)  # [n, H]
+        if not gate:
+            return self._exact_drafts(hidden, constraint)
+        # confidence-gated drafts are proposals only (verify is exact), so the head runs in its held form without the
+        # exact refinement (4.6 vs 6.9 ms for 1 row on 2 cores), HEAD_ROWS at a time, and stops at the first slot
+        # below p_min: its int4 kernel takes rows in fours (1-4 rows 4.6-8 ms, 5-8 rows 16 ms)
+        drafts: list[int] = []
+        for lo in range(0, n, HEAD_ROWS):
+            p, ids = torch.softmax(model.output.approximate(hidden[lo:lo + HEAD_ROWS]), dim=-1).max(dim=-1)
             sure = (p >= self.drafter.p_min).tolist()
-            keep = sure.index(False) if False in sure else n
-            drafts = ids[:keep].tolist()
-        else:
-            drafts = logits.argmax(-1).tolist()  # greedy drafts, as llama.cpp and the reference do
+            keep = sure.index(False) if False in sure else len(sure)
+            drafts += ids[:keep].tolist()
+            if keep < len(sure):
+                break
+        return drafts
+
+    def _exact_drafts(self, hidden: torch.Tensor, constraint) -> list[int]:
+        """Every slot's exact greedy token, as llama.cpp and the reference do (the fixed policy's loop, which the tests
+        compare with theirs); with a grammar every slot is kept and the tokens it forces are repaired in."""
+        drafts = self.drafter.model.output(hidden).argmax(-1).tolist()  # [n]
         return constraint.repair_drafts(drafts) if constraint is not None else drafts
 
     def verify(self, logits: torch.Tensor, drafts: list[int], recent: list[int]) -> list[int]:
@@ -229,6 +266,7 @@ class DFlashDecoder:
             "target_passes": steps, "drafted": drafted, "accepted": accepted,
             "drafter_passes": sum(1 for d, _ in self.log if d) + self.policy.cut_passes,
             "adaptive": self.drafter.options.adaptive, "p_min": self.drafter.p_min,
+            "anchor_min": self.drafter.options.anchor_min,
             "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
             "tokens_per_pass": round(self.committed / steps, 4) if steps else 1.0,
             "accept_hist": hist,  # accept_hist[a] = steps that accepted a drafts
