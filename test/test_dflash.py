@@ -459,7 +459,7 @@ def test_adaptive_drafting_keeps_whole_blocks_with_an_agreeing_drafter(models, e
 
 
 def test_adaptive_policy_probes_until_accepted_and_backs_off_when_the_drafter_is_unsure():
-    from bolt_ros.engine.decode.draft_policy import AdaptiveDraft
+    from bolt_ros.engine.decode.draft_policy import CUT_BACKOFF, AdaptiveDraft
 
     p = AdaptiveDraft(7)
     assert p.probing  # nothing accepted yet: a draft starts with its first slot alone
@@ -468,6 +468,9 @@ def test_adaptive_policy_probes_until_accepted_and_backs_off_when_the_drafter_is
     q = AdaptiveDraft(7)
     q.update(7, 0, 0)  # the drafter was unsure of its first slot (p_min cut it to nothing)
     assert q.next_n() == 0 and q.probing  # plain steps at once, not after a second miss
+    assert [q.next_n() for _ in range(2)] == [0, q.n] and CUT_BACKOFF == 2  # CUT_BACKOFF of them, then a probe
+    q.update(7, 0, 0)
+    assert [q.next_n() for _ in range(5)] == [0, 0, 0, 0, q.n]  # the backoff doubles
 
 
 def test_an_unsure_drafter_costs_one_head_row(models, monkeypatch):
