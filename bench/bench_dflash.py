@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="plain/DFlash runs per prompt at least, in turn (times "
                                                            "summed)")
     ap.add_argument("--min-seconds", type=float, default=2.0, help="...and until each side decoded this long")
+    ap.add_argument("--compile", action="store_true", help="small steps through torch.compile (both sides)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.threads:
@@ -75,11 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         options["p_min"] = args.p_min
     if args.anchor_min is not None:
         options["anchor_min"] = args.anchor_min
-    engine = Engine.load(target, draft=draft, n_ctx=4096, draft_options=options)
+    engine = Engine.load(target, draft=draft, n_ctx=4096, draft_options=options, compile_steps=args.compile)
     stops = sorted(set(engine.chat_format.stop_token_ids))
     params = SamplingParams(max_tokens=args.tokens, stop_token_ids=stops)
     prompts = _prompts(engine, args.prompts)
     engine.generate(prompts[0][1][:8], SamplingParams(max_tokens=2), use_draft=False)  # warm-up
+    if args.compile:  # compile every step shape outside the timed runs
+        t0 = time.perf_counter()
+        engine.generate(prompts[0][1], SamplingParams(max_tokens=24, stop_token_ids=stops))
+        engine.generate(prompts[0][1], SamplingParams(max_tokens=4), use_draft=False)
+        print(f"compiled in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
     rows, equal = [], True
     sums = {"plain_s": 0.0, "spec_s": 0.0, "plain_tok": 0, "spec_tok": 0, "committed": 0, "passes": 0}

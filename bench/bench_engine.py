@@ -42,9 +42,10 @@ def _run_rss(cmd: list[str]) -> tuple[str, float]:
     return out, usage.ru_maxrss / 1024
 
 
-def ours(model: str, pp: int, tg: int, threads: int, repeats: int) -> dict:
+def ours(model: str, pp: int, tg: int, threads: int, repeats: int, compile_steps: bool = False) -> dict:
     cmd = [sys.executable, "-m", "bolt_ros.cli", "bench", "--model", model, "--threads", str(threads),
-           "--prompt-tokens", str(pp), "--gen-tokens", str(tg), "--repeats", str(repeats), "--json"]
+           "--prompt-tokens", str(pp), "--gen-tokens", str(tg), "--repeats", str(repeats), "--json",
+           *(["--compile"] if compile_steps else [])]
     out, rss = _run_rss(cmd)
     res = json.loads(out.strip().splitlines()[-1])
     res["peak_rss_mib"] = round(rss, 1)
@@ -108,6 +109,7 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--compile", action="store_true", help="our decode steps through torch.compile")
     ap.add_argument("--png", type=Path, help="bar chart of the results")
     ap.add_argument("--json", type=Path, help="write every figure as JSON")
     args = ap.parse_args()
@@ -115,7 +117,7 @@ def main() -> int:
     results = []
     for name in args.models:
         path = resolve_model(name)
-        a = ours(name, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)
+        a = ours(name, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats, args.compile)
         b = llama(path, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)
         results.append({"model": path.name, "threads": args.threads, "ours": a, "llama": b})
         print(f"\nmodel {path.name}, {args.threads} threads, mean ± std of {args.repeats} runs")

@@ -40,7 +40,8 @@ def _engine(args, **kw):
     from bolt_ros.engine.decode.generate import Engine
     from bolt_ros.engine.device import resolve_device
     return Engine.load(args.model, n_ctx=args.ctx, threads=args.threads, progress=sys.stderr.isatty(),
-                       draft=_draft(args), device=resolve_device(args.device), **kw)
+                       draft=_draft(args), device=resolve_device(args.device),
+                       compile_steps=getattr(args, "compile", False), **kw)
 
 
 def _sampling(args):
@@ -196,7 +197,7 @@ def cmd_bench(args) -> int:
     from bolt_ros.engine.device import resolve_device
     result = run_bench(args.model, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
                        threads=args.threads, draft=_draft(args), repeats=args.repeats, n_ctx=args.ctx,
-                       device=resolve_device(args.device))
+                       device=resolve_device(args.device), compile_steps=args.compile)
     if args.json:
         print(json.dumps(result))
     else:
@@ -224,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", default="auto",
                        help="auto (CUDA when present), cpu (torch kernels) or cuda[:N] (Triton kernels + CUDA graphs; "
                             "BOLT_KERNELS overrides)")
+        p.add_argument("--compile", action="store_true",
+                       help="CPU: decode and verify steps through torch.compile (docs/performance.md; the first "
+                            "step compiles for ~1-2 min, ~20 s from inductor's cache afterwards)")
 
     def sampling_args(p):
         p.add_argument("--max-tokens", "-n", type=int, default=128)

@@ -29,6 +29,7 @@ class BackendConfig(_Strict):
     draft_path: str = "auto"             # embedded: DFlash drafter GGUF; auto = the one shipped for the model
     n_ctx: int = Field(4096, ge=256, le=131072)  # embedded: context length (KV cache); prompts are fitted to it
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")  # embedded: auto = CUDA when present
+    compile: bool = False                # embedded, CPU: decode/verify steps through torch.compile (start-up +1-2 min)
     base_url: str = "http://127.0.0.1:8080/v1"   # openai: the server's /v1 root
     model: str = ""                      # openai: model name sent with each request
     api_key: str = ""                    # openai: bearer token, if the server wants one

@@ -41,12 +41,21 @@ def _stats(out: dict, key: str, rates: list[float]) -> None:
 
 
 def run_bench(model: str, *, prompt_tokens: int = 512, gen_tokens: int = 128, threads: int | None = None,
-              draft: str | None = None, repeats: int = 1, n_ctx: int = 4096, device: str = "cpu") -> dict:
+              draft: str | None = None, repeats: int = 1, n_ctx: int = 4096, device: str = "cpu",
+              compile_steps: bool = False) -> dict:
     n_ctx = max(n_ctx, prompt_tokens + gen_tokens + 16)
-    engine = Engine.load(model, n_ctx=n_ctx, threads=threads, draft=draft, device=device)
+    engine = Engine.load(model, n_ctx=n_ctx, threads=threads, draft=draft, device=device, compile_steps=compile_steps)
     out = {"model": engine.gguf.path.name, "threads": torch.get_num_threads(), "load_s": round(engine.load_s, 3),
            "rss_mib_after_load": round(rss_mib(), 1),
            "gguf_mib": round(engine.gguf.path.stat().st_size / 2**20, 1)}
+    if compile_steps:  # compile outside the timed runs: the step shapes they will meet (a new regime recompiles)
+        t0 = time.perf_counter()
+        engine.generate(_prompt(engine, 16), SamplingParams(max_tokens=8))
+        engine.generate(_prompt(engine, max(prompt_tokens, 1)), SamplingParams(max_tokens=8))
+        warm = plain_decoder(engine, engine.new_session(), Sampler(SamplingParams()))
+        for _ in range(4):  # the timed decode below starts at position 0: its own specialization
+            warm.advance(0)
+        out["compile_s"] = round(time.perf_counter() - t0, 1)
     bar = tqdm(total=repeats * 2, desc="bench", leave=False, disable=repeats * (prompt_tokens + gen_tokens) < 2000)
     pp, tg = [], []
     for r in range(repeats):

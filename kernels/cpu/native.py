@@ -158,3 +158,14 @@ def gguf_matmul_fast(ggml_type: int) -> bool:
     """Whether this build has a vectorized gguf_matmul for the type (AVX2 + F16C + FMA: Q5_0, Q8_0, Q4_K, Q6_K)."""
     lib = library()
     return lib is not None and ggml_type in TYPES and bool(lib.bolt_gguf_matmul_fast(ggml_type))
+
+
+@torch.library.custom_op("bolt_ros::gguf_matmul", mutates_args=())
+def gguf_matmul_op(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out: int) -> torch.Tensor:
+    """gguf_matmul as a torch operator: what a torch.compile'd graph calls (a ctypes call can't be traced)."""
+    return gguf_matmul(x, blocks, ggml_type, n_out)
+
+
+@gguf_matmul_op.register_fake
+def _(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out: int) -> torch.Tensor:
+    return x.new_empty((x.shape[0], n_out), dtype=torch.float32)

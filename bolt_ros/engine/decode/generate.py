@@ -111,8 +111,9 @@ class Engine:
     @classmethod
     def load(cls, model: str | Path, *, n_ctx: int = 4096, policy: str = "fast", threads: int | None = None,
              draft: str | Path | None = None, progress: bool = False, device: str = "cpu",
-             draft_options: dict | None = None) -> Engine:
-        """draft_options: dflash.DFlashOptions fields (n_max, adaptive, p_min, embedding_scale)."""
+             draft_options: dict | None = None, compile_steps: bool = False) -> Engine:
+        """draft_options: dflash.DFlashOptions fields (n_max, adaptive, p_min, embedding_scale). compile_steps: small
+        steps (decode, DFlash verify) through torch.compile on the CPU (engine/model/compiled.py)."""
         if threads:
             torch.set_num_threads(threads)
         t0 = time.perf_counter()
@@ -121,6 +122,9 @@ class Engine:
         tok = Tokenizer.from_gguf(gf)
         weights = WeightStore(gf, policy, device=device, progress=progress)
         net = Transformer(cfg, weights)
+        if compile_steps:
+            from bolt_ros.engine.model.compiled import compile_layers
+            compile_layers(net)
         gf.release_pages()
         release_heap()
         engine = cls(gf, net, tok, min(n_ctx, cfg.n_ctx_train), time.perf_counter() - t0)
