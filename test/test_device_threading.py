@@ -15,6 +15,8 @@ from bolt_ros.engine.decode.generate import Engine
 from bolt_ros.engine.decode.sampling import SamplingParams
 
 PROMPT = [2, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000]
+# the drafter must run: a random target is never sure of its tokens, so the anchor gate would skip every probe
+DRAFTING = {"anchor_min": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +56,14 @@ def _host_tensors(engine: Engine, session) -> list[str]:
 def test_a_whole_generation_stays_on_the_device(pair):
     target, draft = pair
     with sim_device() as dev:
-        engine = Engine.load(target, draft=draft, n_ctx=256, device=dev)
+        engine = Engine.load(target, draft=draft, n_ctx=256, device=dev, draft_options=DRAFTING)
         assert engine.model.device == dev
         session = engine.new_session()
         engine.generate(PROMPT, SamplingParams(max_tokens=4), session=session)
         assert _host_tensors(engine, session) == []
         on_device = _runs(engine)
     # the CPU engine with the same weight form (GGUF blocks, the device's "fast") picks the same tokens
-    cpu = Engine.load(target, draft=draft, n_ctx=256, policy="gguf")
+    cpu = Engine.load(target, draft=draft, n_ctx=256, policy="gguf", draft_options=DRAFTING)
     assert on_device == _runs(cpu)
     assert on_device[0] == on_device[1] and on_device[2] == on_device[3]  # DFlash is lossless here too
 
@@ -71,7 +73,7 @@ def test_one_tensor_left_on_the_host_fails(pair, monkeypatch):
     target, draft = pair
     monkeypatch.setattr(dflash_model.DFlashDraftModel, "new_cache", lambda self: dflash_model.DraftCache(self.cfg))
     with sim_device() as dev:
-        engine = Engine.load(target, draft=draft, n_ctx=256, device=dev)
+        engine = Engine.load(target, draft=draft, n_ctx=256, device=dev, draft_options=DRAFTING)
         assert engine.generate(PROMPT, SamplingParams(max_tokens=4), use_draft=False).completion_ids
         with pytest.raises(CrossDevice, match="host tensors"):
             engine.generate(PROMPT, SamplingParams(max_tokens=4))
