@@ -49,10 +49,7 @@ class EmbeddedBackend:
             device = resolve_device(cfg.device)
             engine = Engine.load(model, draft=draft, n_ctx=cfg.n_ctx, device=device,
                                  compile_steps=cfg.compile and torch.device(device).type == "cpu")
-            if cfg.compile:  # compile now, not in the first reply: a decode step, then a verify block
-                warm = engine.tok.encode("Hello, robot.", add_bos=engine.tok.add_bos)
-                engine.generate(warm, SamplingParams(max_tokens=4), use_draft=False)
-                engine.generate(warm, SamplingParams(max_tokens=16))
+            engine.warm_up(engine.tok.encode("Hello, robot.", add_bos=engine.tok.add_bos))
         except (OSError, ValueError) as e:  # GGUFError is a ValueError; a missing file an OSError
             raise BackendError(f"embedded backend: cannot load model {cfg.model_path!r}"
                                + (f" with drafter {cfg.draft_path!r}" if cfg.draft_path else "") + f": {e}") from e

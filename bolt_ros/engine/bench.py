@@ -50,7 +50,7 @@ def run_bench(model: str, *, prompt_tokens: int = 512, gen_tokens: int = 128, th
            "gguf_mib": round(engine.gguf.path.stat().st_size / 2**20, 1)}
     if compile_steps:  # compile outside the timed runs: the step shapes they will meet (a new regime recompiles)
         t0 = time.perf_counter()
-        engine.generate(_prompt(engine, 16), SamplingParams(max_tokens=8))
+        engine.warm_up(_prompt(engine, 16))
         engine.generate(_prompt(engine, max(prompt_tokens, 1)), SamplingParams(max_tokens=8))
         warm = plain_decoder(engine, engine.new_session(), Sampler(SamplingParams()))
         for _ in range(4):  # the timed decode below starts at position 0: its own specialization

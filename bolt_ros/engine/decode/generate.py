@@ -135,6 +135,16 @@ class Engine:
         return engine
 
     # --- forward passes --------------------------------------------------------------------------------------------
+    def warm_up(self, ids: list[int]) -> None:
+        """With compiled steps (compile_steps=True): compile the shapes a generation meets now, not in the first reply
+        - single-token steps and, with a drafter, verify blocks. Without compiled steps: nothing to do."""
+        from bolt_ros.engine.model.compiled import CompiledLayers
+        if not isinstance(self.model.layers, CompiledLayers):
+            return
+        self.generate(ids, SamplingParams(max_tokens=4), use_draft=False)
+        if self.draft is not None:
+            self.generate(ids, SamplingParams(max_tokens=16))
+
     def new_session(self) -> Session:
         return Session(self.model.new_cache(self.n_ctx))
 

@@ -428,7 +428,7 @@ class QuantLinear(nn.Module):
             return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.w8, self.scales).float()
         if s == "blocks":
             if torch.compiler.is_compiling():  # a compiled step (engine/model/compiled.py) calls the operator
-                return native.gguf_matmul_op(x.float().contiguous(), self.blocks, self.ggml_type, self.out_features)
+                return native.gguf_matmul_op(x, self.blocks, self.ggml_type, self.out_features)
             if x.shape[0] <= native.MAX_M:
                 return native.gguf_matmul(x, self.blocks, self.ggml_type, self.out_features)
             return torch.cat([native.gguf_matmul(c, self.blocks, self.ggml_type, self.out_features)
