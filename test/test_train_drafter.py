@@ -33,6 +33,11 @@ def test_training_lowers_the_loss_and_writes_a_drafter_the_engine_runs(trained):
     plain = engine.generate(ids, SamplingParams(max_tokens=12), use_draft=False)
     spec = engine.generate(ids, SamplingParams(max_tokens=12))
     assert spec.completion_ids == plain.completion_ids and spec.spec["target_passes"] > 0
+    # the draft vocabulary written beside it: every label of the training replies
+    from bolt_ros.train.data import Dataset
+    ds = Dataset.from_state(torch.load(out.with_suffix(".data.pt"), weights_only=False))
+    labels = {t for s in ds.samples if len(s.tokens) - s.reply_start >= 2 for t in s.tokens[s.reply_start:]}
+    assert engine.draft.model.cfg.draft_vocab == sorted(labels) and engine.draft.model.draft_ids is not None
 
 
 def test_resume_continues_from_the_checkpoint_and_reuses_the_data(trained):

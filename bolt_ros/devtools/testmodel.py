@@ -93,6 +93,7 @@ class ModelSpec(BaseModel):
     block_size: int = 8
     mask_token_id: int = 4
     embedding_scale: float | None = None  # dflash.embedding_scale (llama.cpp scales draft input embeddings by it)
+    draft_vocab: list[int] | None = None  # dflash.draft_vocab: the tokens the drafter was trained to predict
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -127,6 +128,8 @@ class ModelSpec(BaseModel):
                 raise ValueError("dflash needs target_layers and target_hidden")
             if self.block_size < 2:
                 raise ValueError("dflash block_size must be >= 2")
+            if self.draft_vocab is not None and not all(0 <= t < self.vocab_size for t in self.draft_vocab):
+                raise ValueError("dflash draft_vocab holds ids outside the vocabulary")
         return self
 
     def layer_head_dim(self, il: int) -> int:
@@ -532,6 +535,8 @@ def _add_hparams(w: _Writer, spec: ModelSpec) -> None:
         w.add_uint32("tokenizer.ggml.mask_token_id", spec.mask_token_id)
         if spec.embedding_scale is not None:
             w.add_float32(f"{a}.embedding_scale", spec.embedding_scale)
+        if spec.draft_vocab is not None:  # our key (llama.cpp ignores it): see engine/decode/dflash_model.py
+            w.add_key_value(f"{a}.draft_vocab", sorted(set(spec.draft_vocab)), VT.ARRAY, sub_type=VT.UINT32)
 
 
 def _write(path: str | Path, spec: ModelSpec, sources: Mapping[str, Source], quant: str,

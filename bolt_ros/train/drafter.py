@@ -193,7 +193,11 @@ def train_drafter(target: str | Path, out: str | Path, cfg: TrainConfig, *, thre
     spec = dict(n_layer=cfg.layers, n_embd=qc.hidden_size, n_head=qc.num_attention_heads,
                 n_head_kv=qc.num_key_value_heads, head_dim=qc.head_dim, n_ff=qc.intermediate_size,
                 vocab_size=qc.vocab_size, rope_base=ROPE_BASE, rms_eps=qc.rms_norm_eps, target_layers=capture_hf,
-                target_hidden=qc.hidden_size, block_size=cfg.block_size, mask_token_id=mask)
+                target_hidden=qc.hidden_size, block_size=cfg.block_size, mask_token_id=mask,
+                # every label it was trained on: the runtime drafts from these rows of the head alone (a few hundred
+                # of the target's 151936 on the shipped drafter, whose full-vocabulary argmax never left them on
+                # the held-out prompts: docs/dflash.md)
+                draft_vocab=support.tolist())
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     write_model(out, "dflash", spec, state, cfg.quant, target=target, search=False,
                 name=f"bolt train-drafter seed {cfg.seed}")

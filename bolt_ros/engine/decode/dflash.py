@@ -54,6 +54,10 @@ class DFlashOptions(BaseModel):
     anchor_min: float = Field(0.6, ge=0.0, lt=1.0, description="while probing (nothing accepted lately), draft only "
                                                                "after a token the target gave at least this "
                                                                "probability (0 = always)")
+    draft_vocab: bool = Field(True, description="propose drafts from the file's dflash.draft_vocab rows of the head "
+                                                "(the tokens the drafter was trained to predict) where drafts are "
+                                                "proposals of ours (confidence-gated or under a grammar); the fixed "
+                                                "policy without a grammar keeps the reference loop's whole head")
     embedding_scale: float | Literal["gguf", "none", "sqrt"] = Field(
         "gguf", description="drafter input embedding scale: 'gguf' = dflash.embedding_scale if the file has it, "
                             "else unscaled (llama.cpp); 'none' = 1; 'sqrt' = sqrt(hidden) (HF-style training)")
@@ -119,15 +123,16 @@ class Drafter:
     def features(self, hidden: dict[int, torch.Tensor]) -> torch.Tensor:
         return torch.cat([hidden[i] for i in self.model.cfg.target_layers], dim=-1)  # [T, n_layers * H_target]
 
-    def decoder(self, engine, session, sampler: Sampler) -> DFlashDecoder:
-        return DFlashDecoder(self, engine, session, sampler)
+    def decoder(self, engine, session, sampler: Sampler, stops: frozenset[int] = frozenset()) -> DFlashDecoder:
+        return DFlashDecoder(self, engine, session, sampler, stops)
 
 
 class DFlashDecoder:
     """The Decoder protocol of generate.py with DFlash steps."""
 
-    def __init__(self, drafter: Drafter, engine, session, sampler: Sampler):
+    def __init__(self, drafter: Drafter, engine, session, sampler: Sampler, stops: frozenset[int] = frozenset()):
         self.drafter, self.engine, self.session, self.sampler = drafter, engine, session, sampler
+        self.stops = stops  # end-of-generation tokens: a proposed draft ends with the first one (nothing follows it)
         self.model = engine.model
         self.state = drafter.state(session)
         self.logits: torch.Tensor | None = None  # the target's next-token logits after prefill
@@ -166,14 +171,17 @@ class DFlashDecoder:
         t0 = time.perf_counter()
         drafts = self._draft(anchor, n) if n > 0 else []  # none: a plain step (the drafter's context still grows)
         t1 = time.perf_counter()
-        block = [anchor, *drafts]
+        # a last draft that ends the generation is verified by the row before it: as an input it would only give
+        # the bonus token, and nothing follows a stop
+        block = [anchor, *drafts[:-1]] if drafts and drafts[-1] in self.stops else [anchor, *drafts]
         out = self.model(torch.tensor(block, dtype=torch.long), self.session.cache, logits="all",
                          capture=self.drafter.capture)
         self.session.tokens.extend(block)
         new = self.verify(out.logits, drafts, recent)
-        a = len(new) - 1
-        self.session.truncate(start + a + 1)  # drop the rejected drafts' KV (sliding layers included)
-        self._inject({i: h[: a + 1] for i, h in out.hidden.items()}, block[: a + 1], now=False)
+        a = len(new) if new == drafts[: len(new)] else len(new) - 1  # accepted drafts (all of them: up to a stop)
+        kept = min(len(new), len(block))  # block rows whose tokens are committed: the anchor and accepted drafts
+        self.session.truncate(start + kept)  # drop the rejected drafts' KV (sliding layers included)
+        self._inject({i: h[:kept] for i, h in out.hidden.items()}, block[:kept], now=False)
         self.verify_s += time.perf_counter() - t1
         self.draft_s += t1 - t0
         self.log.append((drafts, a))
@@ -181,7 +189,7 @@ class DFlashDecoder:
         self.policy.observe(n, time.perf_counter() - t0, len(new))
         self.committed += len(new)
         self.pending = new[-1]
-        self.anchor_logits = out.logits[a]
+        self.anchor_logits = out.logits[len(new) - 1]  # the row that gave the pending token
         return new
 
     def _target_unsure(self) -> bool:
@@ -205,43 +213,55 @@ class DFlashDecoder:
             # held form unrefined (a confidence needs no exact ranking), so a draft the drafter is unsure of costs
             # ~4 ms of drafter and one head row (~4.5 ms) instead of a whole block (~7 ms) and n rows
             probe = model.draft_hidden([anchor, mask], self.state.cache)  # [1, H]
-            if float(torch.softmax(model.output.approximate(probe), dim=-1).max()) < self.drafter.p_min:
+            if float(torch.softmax(model.draft_logits(probe), dim=-1).max()) < self.drafter.p_min:
                 return []  # then this is a plain step
         hidden = model.draft_hidden([anchor] + [mask] * n, self.state.cache)  # [n, H]
         if not gate:
             return self._exact_drafts(hidden, constraint)
-        # confidence-gated drafts are proposals only (verify is exact), so the head runs in its held form without the
-        # exact refinement (4.6 vs 6.9 ms for 1 row on 2 cores), HEAD_ROWS at a time, and stops at the first slot
-        # below p_min: its int4 kernel takes rows in fours (1-4 rows 4.6-8 ms, 5-8 rows 16 ms)
+        # confidence-gated drafts are proposals only (verify is exact): the draft vocabulary's rows, or the whole head
+        # in its held form without the exact refinement (4.6 vs 6.9 ms for 1 row on 2 cores), HEAD_ROWS at a time,
+        # stopping at the first slot below p_min (the int4 head takes rows in fours: 1-4 rows 4.6-8 ms, 5-8 16 ms)
+        rows = n if model.draft_ids is not None else HEAD_ROWS
         drafts: list[int] = []
-        for lo in range(0, n, HEAD_ROWS):
-            p, ids = torch.softmax(model.output.approximate(hidden[lo:lo + HEAD_ROWS]), dim=-1).max(dim=-1)
+        for lo in range(0, n, rows):
+            p, cols = torch.softmax(model.draft_logits(hidden[lo:lo + rows]), dim=-1).max(dim=-1)
             sure = (p >= self.drafter.p_min).tolist()
             keep = sure.index(False) if False in sure else len(sure)
-            drafts += ids[:keep].tolist()
+            drafts += model.token_ids(cols[:keep]).tolist()
             if keep < len(sure):
                 break
-        return drafts
+        return self._end_at_stop(drafts)
+
+    def _end_at_stop(self, drafts: list[int]) -> list[int]:
+        """Drafts up to and with the first stop token: the generation ends there, so a verify row after it is spent
+        for nothing (a 5-row verify costs ~2.6 one-row steps on 2 cores)."""
+        end = next((i + 1 for i, t in enumerate(drafts) if t in self.stops), len(drafts))
+        return drafts[:end]
 
     def _exact_drafts(self, hidden: torch.Tensor, constraint) -> list[int]:
-        """Every slot's exact greedy token, as llama.cpp and the reference do (the fixed policy's loop, which the tests
-        compare with theirs); with a grammar every slot is kept and the tokens it forces are repaired in."""
-        drafts = self.drafter.model.output(hidden).argmax(-1).tolist()  # [n]
-        return constraint.repair_drafts(drafts) if constraint is not None else drafts
+        """Every slot's exact greedy token, as llama.cpp and the reference do over the whole head (the fixed policy's
+        loop, which the tests compare with theirs); with a grammar, over the draft vocabulary, every slot kept and the
+        tokens the grammar forces repaired in."""
+        model = self.drafter.model
+        if constraint is None:
+            return model.output(hidden).argmax(-1).tolist()  # [n]
+        drafts = model.token_ids(model.draft_logits(hidden, exact=True).argmax(-1)).tolist()
+        return self._end_at_stop(constraint.repair_drafts(drafts))
 
     def verify(self, logits: torch.Tensor, drafts: list[int], recent: list[int]) -> list[int]:
         """Exact-match verification: the target's own sample at each row, accepting drafts while they agree.
 
-        logits: [len(drafts) + 1, vocab], row i = the target's prediction after the anchor and drafts[:i].
+        logits: [len(drafts) + 1, vocab] (or len(drafts) when the last draft is a stop), row i = the target's
+        prediction after the anchor and drafts[:i].
         Returns the committed tokens: the accepted drafts followed by the target's token at the first disagreement
-        (or the bonus token after the last draft).
+        (or the bonus token after the last draft); nothing after a committed stop token.
         """
         history = list(recent)
         out: list[int] = []
         for i in range(len(drafts) + 1):
             tok = self.sampler.sample(logits[i], history)  # the same distribution() a plain step would use
             out.append(tok)
-            if i == len(drafts) or tok != drafts[i]:
+            if i == len(drafts) or tok != drafts[i] or tok in self.stops:
                 break
             history.append(tok)
         return out
@@ -295,7 +315,7 @@ def load_drafter(engine, path: str | Path, *, policy: str = "fast", **options) -
     check_compatible(cfg, engine.model, engine.gguf, path.name)
     scale = _embedding_scale(opts.embedding_scale, cfg.embedding_scale, cfg.n_embd)
     w = WeightStore(gf, policy, device=engine.model.out_norm.device)  # where the target lives
-    return Drafter(DFlashDraftModel(cfg, w, engine.model, scale), opts, path)
+    return Drafter(DFlashDraftModel(cfg, w, engine.model, scale, use_draft_vocab=opts.draft_vocab), opts, path)
 
 
 def attach_drafter(engine, path: str | Path, *, policy: str = "fast", **options) -> Drafter:

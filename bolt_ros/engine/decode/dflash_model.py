@@ -34,16 +34,19 @@ from bolt_ros.engine.gguf.validate import (
     MAX_KV_BYTES_PER_TOKEN,
     MAX_LAYERS,
     MAX_TARGET_LAYERS,
+    MAX_VOCAB,
     Int,
     PerLayer,
     Real,
 )
+from bolt_ros.engine.model.linear import QuantLinear
 from bolt_ros.engine.model.transformer import Rope, Transformer
 from bolt_ros.engine.model.weights import WeightStore
 from bolt_ros.kernels import ops
 from bolt_ros.kernels.rope import RopeAngles
 
 ENC_NORM_NAMES = ("enc.output_norm.weight", "hidden_norm.weight")
+EXACT_DRAFT_HEAD = 1 << 24  # draft vocabulary rows x width held in fp32 (64 MiB) at most; beyond: the head's form
 
 
 class DraftConfig(BaseModel):
@@ -67,6 +70,7 @@ class DraftConfig(BaseModel):
     causal: bool  # dflash.attention.causal: block-causal drafting instead of bidirectional
     sliding_window: int | None
     swa: list[bool]
+    draft_vocab: list[int] | None = None  # dflash.draft_vocab (sorted, unique): the tokens it was trained to predict
 
 
 class _DraftHparams(BaseModel):
@@ -91,6 +95,8 @@ class _DraftHparams(BaseModel):
     causal: bool = Field(False, alias="attention.causal")
     sliding_window: Int(0, MAX_CONTEXT) = Field(0, alias="attention.sliding_window")  # 0: none
     swa_pattern: PerLayer(bool) | None = Field(None, alias="attention.sliding_window_pattern")
+    draft_vocab: Annotated[list[Int(0, MAX_VOCAB - 1)], BeforeValidator(validate.as_id_list),
+                           Field(min_length=1, max_length=MAX_VOCAB)] | None = Field(None, alias="draft_vocab")
 
 
 def draft_config_from_gguf(gf: GGUFFile) -> DraftConfig:
@@ -128,7 +134,8 @@ def draft_config_from_gguf(gf: GGUFFile) -> DraftConfig:
         rms_eps=hp.rms_eps, rope_base=hp.rope_base, rope_dim=rope_dim, target_layers=hp.target_layers,
         target_hidden=hp.target_hidden if hp.target_hidden is not None else hp.n_embd, block_size=hp.block_size,
         mask_token_id=tok.mask, n_vocab=len(tok.tokens) if tok.tokens is not None else None,
-        embedding_scale=hp.embedding_scale, causal=hp.causal, sliding_window=window, swa=swa)
+        embedding_scale=hp.embedding_scale, causal=hp.causal, sliding_window=window, swa=swa,
+        draft_vocab=sorted(set(hp.draft_vocab)) if hp.draft_vocab is not None else None)
     validate.check_draft_tensors(gf, cfg, ENC_NORM_NAMES)
     return cfg
 
@@ -205,7 +212,8 @@ class DraftLayer(nn.Module):
 
 
 class DFlashDraftModel(nn.Module):
-    def __init__(self, cfg: DraftConfig, w: WeightStore, target: Transformer, embedding_scale: float):
+    def __init__(self, cfg: DraftConfig, w: WeightStore, target: Transformer, embedding_scale: float,
+                 use_draft_vocab: bool = True):
         super().__init__()
         self.cfg, self.embedding_scale = cfg, embedding_scale
         self.device = w.device
@@ -228,6 +236,25 @@ class DFlashDraftModel(nn.Module):
         self.tok_embd = w.embedding("token_embd.weight") if w.has("token_embd.weight") else target.tok_embd
         self.output = w.linear("output.weight", role="head") if w.has("output.weight") else target.output
         self.rope = Rope(cfg.rope_dim, cfg.rope_base, "neox", None, self.device)
+        # The head rows drafts are proposed from: dflash.draft_vocab, the tokens the drafter was trained to predict
+        # (a few hundred of the shipped drafter's 151936: its full-vocabulary argmax never left them on held-out
+        # prompts, docs/dflash.md), held exactly in fp32 while they are few; a draft then costs no vocab-sized matmul
+        # (4.6 ms for one row of the int4 head on 2 cores). Without the key: the whole head.
+        self.draft_head, self.draft_ids = self.output, None
+        if cfg.draft_vocab is not None and use_draft_vocab and isinstance(self.output, QuantLinear):
+            ids = torch.tensor(cfg.draft_vocab)
+            policy = "exact" if ids.numel() * cfg.n_embd <= EXACT_DRAFT_HEAD else None
+            self.draft_head = self.output.rows(ids, policy=policy).to(self.device)
+            self.draft_ids = ids.to(self.device)
+
+    def draft_logits(self, hidden: torch.Tensor, *, exact: bool = False) -> torch.Tensor:
+        """hidden [n, H] (draft_hidden's rows) -> logits [n, K] over the draft vocabulary (token_ids maps columns to
+        token ids); exact=False may use the head's held form unrefined (a confidence needs no exact ranking)."""
+        return self.draft_head(hidden) if exact else self.draft_head.approximate(hidden)
+
+    def token_ids(self, cols: torch.Tensor) -> torch.Tensor:
+        """Columns of draft_logits -> token ids."""
+        return cols if self.draft_ids is None else self.draft_ids[cols]
 
     def new_cache(self) -> DraftCache:
         return DraftCache(self.cfg, device=self.device)
@@ -287,3 +314,6 @@ def check_compatible(cfg: DraftConfig, target: Transformer, target_gguf: GGUFFil
         raise GGUFError(f"drafter {draft_name} reads target layers {bad}, the target has {tc.n_layer} layers")
     if not 0 <= cfg.mask_token_id < tc.n_vocab:
         raise GGUFError(f"drafter {draft_name} mask token {cfg.mask_token_id} is outside the target vocabulary")
+    if cfg.draft_vocab is not None and cfg.draft_vocab[-1] >= tc.n_vocab:
+        raise GGUFError(f"drafter {draft_name} dflash.draft_vocab holds token {cfg.draft_vocab[-1]}, outside the "
+                        f"target's {tc.n_vocab}-token vocabulary")

@@ -214,7 +214,7 @@ class Engine:
         sampler = Sampler(params, constraint)
         decoder: Decoder
         if use_draft and self.draft is not None:
-            decoder = self.draft.decoder(self, session, sampler)
+            decoder = self.draft.decoder(self, session, sampler, frozenset(stops))
         else:
             decoder = plain_decoder(self, session, sampler)
         t = Timings(load_s=self.load_s, prompt_tokens=len(prompt_ids))

@@ -49,6 +49,18 @@ def as_list(v: Any) -> Any:
     return v
 
 
+def as_id_list(v: Any) -> Any:
+    """A GGUF array of token ids (up to MAX_VOCAB entries) as a plain list of ints; other kinds are left to the
+    field's own validation (a float or bool array is refused there)."""
+    if isinstance(v, np.ndarray):
+        if v.size > MAX_VOCAB:
+            raise ValueError(f"an array of {v.size} token ids (at most {MAX_VOCAB})")
+        if v.dtype.kind not in "iu":
+            raise ValueError(f"token ids of type {v.dtype}, not integers")
+        return v.tolist()
+    return v
+
+
 def Int(lo: int, hi: int):  # reads as a type in the schemas
     """An integer in [lo, hi] (the schemas are strict: no bools, floats or strings)."""
     return Annotated[int, Field(ge=lo, le=hi)]

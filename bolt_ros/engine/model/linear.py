@@ -399,6 +399,15 @@ class QuantLinear(nn.Module):
         for estimates that need no exact ranking (a drafter's confidence)."""
         return self._matmul(x.reshape(-1, self.in_features))
 
+    def rows(self, ids: torch.Tensor, *, policy: Policy | None = None) -> QuantLinear:
+        """A layer computing only the output rows `ids` [K] of this one, built from their GGUF bytes (a drafter's
+        head over the tokens it proposes); `policy` defaults to this layer's."""
+        if getattr(self, "_parts", None) is not None:
+            raise ValueError("a fused layer has no row subset")
+        raw = self._raw.view(self.out_features, -1)[ids.cpu()]  # [K, row_bytes]: a copy of those rows' blocks
+        return QuantLinear(raw.reshape(-1), self.ggml_type, (ids.numel(), self.in_features),
+                           policy=policy or self.policy, role=self.role, device=self._device)
+
     def _refine_top(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Exact fp32 logits for every candidate within HEAD_MARGIN of its row's approximate best.
 
