@@ -1,10 +1,13 @@
 """Our engine vs llama.cpp on the same models and threads, in one run: prefill (pp) and decode (tg) tok/s, peak RSS.
 
-    python bench/bench_engine.py [--models default default-chat] [--threads 2] [--repeats 3] [--png F] [--json F]
+    python bench/bench_engine.py [--models default default-chat] [--threads 2] [--rounds 3] [--repeats 1]
+                                 [--png F] [--json F]
 
-Same statistic on both sides: the mean over `--repeats` runs with its standard deviation (llama-bench's avg_ts and
-stddev_ts; `bolt bench` reports the same), and the peak RSS of each side's process (its own VmHWM, read by the OS
-for the child: getrusage). llama.cpp's configuration is printed beside the numbers - the CPU features its build
+Same statistic on both sides: the mean over every run with its standard deviation (llama-bench's samples_ts;
+`bolt bench` reports its runs the same way), and the peak RSS of each side's process (its own VmHWM, read by the OS
+for the child: getrusage). The sides take turns: `--rounds` rounds of `--repeats` runs each, ours first in even
+rounds and llama.cpp first in odd ones, because this shared VM drifts by 10-40 % within minutes and one side's runs
+all taken before the other's measured the drift as much as the engines. llama.cpp's configuration is printed beside the numbers - the CPU features its build
 uses (its system_info line), backends, repacking, KV types, flash attention - so a slow or misbuilt reference can't
 flatter us. A PNG bar chart (ours vs llama.cpp: prefill, decode, RSS per model) is saved with --png.
 """
@@ -61,6 +64,18 @@ def llama_features(bindir: Path, model: Path, threads: int) -> str:
     return m.group(1).strip() if m else "unknown (no system_info line)"
 
 
+def merge(runs: list[dict]) -> dict:
+    """One side's rounds as one result: mean and std over every run of every round; the rest from the last."""
+    out = dict(runs[-1])
+    for key in [k[: -len("_runs")] for k in runs[0] if k.endswith("_runs")]:
+        rates = [r for res in runs for r in res[f"{key}_runs"]]
+        mean = sum(rates) / len(rates)
+        std = (sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)) ** 0.5 if len(rates) > 1 else 0.0
+        out[f"{key}_tok_s"], out[f"{key}_std"], out[f"{key}_runs"] = round(mean, 2), round(std, 2), rates
+    out["peak_rss_mib"] = max(res["peak_rss_mib"] for res in runs)
+    return out
+
+
 def llama(model: Path, pp: int, tg: int, threads: int, repeats: int) -> dict | None:
     bindir = llama_bin_dir()
     if bindir is None:
@@ -74,6 +89,7 @@ def llama(model: Path, pp: int, tg: int, threads: int, repeats: int) -> dict | N
     for r in rows:
         key = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
         res[f"{key}_tok_s"], res[f"{key}_std"] = round(r["avg_ts"], 2), round(r["stddev_ts"], 2)
+        res[f"{key}_runs"] = [round(t, 2) for t in r.get("samples_ts") or [r["avg_ts"]]]
     return res
 
 
@@ -97,7 +113,7 @@ def chart(results: list[dict], path: Path, pp: str, tg: str) -> None:
         ax.set_xticks(list(x), [n.replace(".gguf", "") for n in names], fontsize=7)
         ax.set_title(title)
     axes[0].legend()
-    fig.suptitle(f"bolt_ros vs llama.cpp, {results[0]['threads']} threads (mean ± std of repeats)")
+    fig.suptitle(f"bolt_ros vs llama.cpp, {results[0]['threads']} threads (mean ± std of runs, sides in turn)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -108,7 +124,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--gen-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="turns of both sides (see above)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per side per round")
     ap.add_argument("--compile", action="store_true", help="our decode steps through torch.compile")
     ap.add_argument("--png", type=Path, help="bar chart of the results")
     ap.add_argument("--json", type=Path, help="write every figure as JSON")
@@ -117,10 +134,19 @@ def main() -> int:
     results = []
     for name in args.models:
         path = resolve_model(name)
-        a = ours(name, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats, args.compile)
-        b = llama(path, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)
+        runs_a, runs_b = [], []
+        for r in range(args.rounds):
+            turns = [("ours", runs_a), ("llama", runs_b)]
+            for side, runs in turns if r % 2 == 0 else turns[::-1]:
+                if side == "ours":
+                    runs.append(ours(name, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats,
+                                     args.compile))
+                elif (res := llama(path, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)):
+                    runs.append(res)
+        a, b = merge(runs_a), merge(runs_b) if runs_b else None
         results.append({"model": path.name, "threads": args.threads, "ours": a, "llama": b})
-        print(f"\nmodel {path.name}, {args.threads} threads, mean ± std of {args.repeats} runs")
+        n = args.rounds * args.repeats
+        print(f"\nmodel {path.name}, {args.threads} threads, mean ± std of {n} runs a side, in {args.rounds} turns")
         print(f"{'':>14} {'bolt_ros':>16} {'llama.cpp':>16} {'ratio':>7}")
         for key in (pp, tg):
             ref = b.get(f"{key}_tok_s") if b else None

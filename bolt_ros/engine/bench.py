@@ -38,6 +38,7 @@ def _stats(out: dict, key: str, rates: list[float]) -> None:
     mean = sum(rates) / len(rates)
     std = (sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)) ** 0.5 if len(rates) > 1 else 0.0
     out[f"{key}_tok_s"], out[f"{key}_std"], out[f"{key}_best"] = round(mean, 2), round(std, 2), round(max(rates), 2)
+    out[f"{key}_runs"] = [round(r, 2) for r in rates]  # every run (llama-bench's samples_ts)
 
 
 def run_bench(model: str, *, prompt_tokens: int = 512, gen_tokens: int = 128, threads: int | None = None,
@@ -56,6 +57,14 @@ def run_bench(model: str, *, prompt_tokens: int = 512, gen_tokens: int = 128, th
         for _ in range(4):  # the timed decode below starts at position 0: its own specialization
             warm.advance(0)
         out["compile_s"] = round(time.perf_counter() - t0, 1)
+    # an untimed run of each kind first, as llama-bench does by default: the first pass pages the weights in and
+    # sizes the buffers (a run timed from a cold start read ~10-30 % slow)
+    if prompt_tokens:
+        engine.forward(engine.new_session(), _prompt(engine, prompt_tokens, seed=repeats))
+    if gen_tokens:
+        warm = plain_decoder(engine, engine.new_session(), Sampler(SamplingParams()))
+        for _ in range(4):
+            warm.advance(0)
     bar = tqdm(total=repeats * 2, desc="bench", leave=False, disable=repeats * (prompt_tokens + gen_tokens) < 2000)
     pp, tg = [], []
     for r in range(repeats):
