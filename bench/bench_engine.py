@@ -9,7 +9,8 @@ for the child: getrusage). The sides take turns: `--rounds` rounds of `--repeats
 rounds and llama.cpp first in odd ones, because this shared VM drifts by 10-40 % within minutes and one side's runs
 all taken before the other's measured the drift as much as the engines. llama.cpp's configuration is printed
 beside the numbers - the CPU features its build uses (its system_info line), backends, repacking, KV types, flash
-attention - so a slow or misbuilt reference can't flatter us. A PNG bar chart (ours vs llama.cpp: prefill, decode, RSS per model) is saved with --png.
+attention - so a slow or misbuilt reference can't flatter us. A PNG bar chart (ours vs llama.cpp: prefill, decode,
+RSS per model) is saved with --png.
 """
 from __future__ import annotations
 
