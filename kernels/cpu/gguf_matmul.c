@@ -317,6 +317,55 @@ static void row_dot_chunk(int type, const uint8_t *w, int64_t K, int M, const in
 }
 #endif
 
+/* x -> int16 per 32: d = amax / 32767, q = round-to-nearest-even(x / d) (lrintf's rounding), s = sum of q */
+static inline void quantize_block(const float *xb, int16_t *q, float *d_out, int32_t *s_out) {
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+    /* 8 lanes at a time, the same values as the scalar loop below (max_ps(|x|, acc) passes over a NaN as fmaxf does,
+     * cvtps rounds to nearest even as lrintf does in the default mode): per call the scalar loop was a few us of a
+     * small matrix's ~10 */
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(xb + 8 * k);
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    float d = amax / 32767.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    __m256i sum = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+        __m256i qi = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id)));
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+        __m128i q16 = _mm256_cvtepi32_epi16(qi);  /* truncating, as the (int16_t) cast below */
+        _mm_storeu_si128((__m128i *)(q + 8 * k), q16);
+#else
+        int32_t lanes[8];
+        _mm256_storeu_si256((__m256i *)lanes, qi);
+        for (int j = 0; j < 8; j++) q[8 * k + j] = (int16_t)lanes[j];  /* lrintf's value, then the same narrowing */
+        __m128i q16 = _mm_loadu_si128((const __m128i *)(q + 8 * k));
+#endif
+        sum = _mm256_add_epi32(sum, _mm256_cvtepi16_epi32(q16));
+    }
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    *d_out = d;
+    *s_out = _mm_cvtsi128_si32(t);
+#else
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+    float d = amax / 32767.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    for (int j = 0; j < 32; j++) {
+        q[j] = (int16_t)lrintf(xb[j] * id);
+        s += q[j];
+    }
+    *d_out = d;
+    *s_out = s;
+#endif
+}
+
 /* 1 where a type has a vectorized kernel in this build (the others run, correctly, at scalar speed) */
 int bolt_gguf_matmul_fast(int type) { return SIMD_TYPES(type) ? 1 : 0; }
 
@@ -355,20 +404,7 @@ int bolt_gguf_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const flo
         free(xq); free(xd); free(xs);
         return -1;
     }
-    for (int64_t i = 0; i < M * nb32; i++) {  /* x -> int16 per 32: round(x / (amax / 32767)) */
-        const float *xb = x + i * 32;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
-        float d = amax / 32767.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-        int32_t s = 0;
-        for (int j = 0; j < 32; j++) {
-            int16_t v = (int16_t)lrintf(xb[j] * id);
-            xq[i * 32 + j] = v;
-            s += v;
-        }
-        xd[i] = d;
-        xs[i] = s;
-    }
+    for (int64_t i = 0; i < M * nb32; i++) quantize_block(x + i * 32, xq + i * 32, xd + i, xs + i);
     int64_t rb = row_bytes(type, K);
     #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int64_t n = 0; n < N; n++) {
