@@ -237,7 +237,7 @@ class DFlashDraftModel(nn.Module):
         self.output = w.linear("output.weight", role="head") if w.has("output.weight") else target.output
         self.rope = Rope(cfg.rope_dim, cfg.rope_base, "neox", None, self.device)
         # The head rows drafts are proposed from: dflash.draft_vocab, the tokens the drafter was trained to predict
-        # (a few hundred of the shipped drafter's 151936: its full-vocabulary argmax never left them on held-out
+        # (the shipped drafter's: 350 of its target's 151936; its whole-head argmax never left them on held-out
         # prompts, docs/dflash.md), held exactly in fp32 while they are few; a draft then costs no vocab-sized matmul
         # (4.6 ms for one row of the int4 head on 2 cores). Without the key: the whole head.
         self.draft_head, self.draft_ids = self.output, None
