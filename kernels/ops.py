@@ -9,6 +9,8 @@ form runs on the same device. Shapes and semantics are documented in each kernel
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -17,10 +19,11 @@ from . import activation, logits, norm, qmatmul
 from . import attention as attention_mod
 from . import rope as rope_mod
 from .backend import use_triton
+from .cpu import native
 from .rope import RopeAngles
 from .visibility import GraphSpan, Masked, Span, Visibility
 
-__all__ = ["GraphSpan", "Masked", "RopeAngles", "Span", "Visibility"]
+__all__ = ["AttnHeads", "GraphSpan", "LayerKV", "Masked", "RopeAngles", "Span", "Visibility"]
 
 
 def _pick(x: torch.Tensor, triton_fn: Callable, torch_fn: Callable) -> Callable:
@@ -115,3 +118,79 @@ def softcap_argmax(x: torch.Tensor, cap: float) -> tuple[torch.Tensor, torch.Ten
     """logits [M, V] -> (cap * tanh(x / cap), argmax ids [M]); cap <= 0 skips the cap."""
     return _pick(x, logits.softcap_argmax_triton, logits.softcap_argmax_torch)(x, cap)
 
+
+
+@dataclass(frozen=True)
+class AttnHeads:
+    """One attention layer's heads as `self_attention` reads its QKV output: q | k | v per token ([T, W] with
+    W = n_head*head_dim, + 2*n_kv*head_dim when the layer writes its own KV), the biases added after the matmul,
+    the per-head norms (weights [head_dim] or None; v_norm: the weightless one) and the layer's softmax scale."""
+
+    n_head: int
+    n_kv: int
+    head_dim: int
+    writes_kv: bool
+    bias: torch.Tensor | None
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    v_norm: bool
+    eps: float
+    scale: float
+    window: int  # > 0: a sliding layer
+
+
+class LayerKV(Protocol):
+    """A layer's cache as `self_attention` uses it (kv_cache.LayerCache): slot p of a ring holds a position % S."""
+
+    k: torch.Tensor  # [n_kv, S, hd]
+    v: torch.Tensor
+    pos: torch.Tensor  # [S] long, -1 = empty
+    ring: bool
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None: ...
+
+
+NATIVE_ATTENTION_MAX_T = 16  # decode steps and DFlash verify blocks; prefill chunks go to SDPA
+
+
+def _native_attention_fits(qkv: torch.Tensor, cache: LayerKV, angles: RopeAngles, vis: Visibility) -> bool:
+    return (qkv.device.type == "cpu" and not use_triton(qkv.device) and qkv.shape[0] <= NATIVE_ATTENTION_MAX_T
+            and qkv.dtype == torch.float32 and cache.k.dtype == torch.float32 and qkv.is_contiguous()
+            and (isinstance(vis, Masked) or (isinstance(vis, Span) and vis.causal))
+            and not torch.compiler.is_compiling() and native.available())
+
+
+def self_attention(qkv: torch.Tensor, heads: AttnHeads, cache: LayerKV, positions: torch.Tensor, angles: RopeAngles,
+                   vis: Visibility) -> torch.Tensor:
+    """The attention of T new tokens from their QKV projection: qkv [T, W] -> [T, n_head*head_dim].
+
+    Adds the biases, norms q and k per head (and v when v_norm), rotates q and k, writes k and v to `cache` at
+    `positions` when the layer owns its KV, and attends over what `vis` lets each query see. On the CPU a step of at
+    most NATIVE_ATTENTION_MAX_T tokens runs as one C call (cpu/attention_step.c: visibility from the cache's slot
+    positions, which is what every `vis` here encodes); the composition below is its reference and every other
+    device's path."""
+    t, hd = qkv.shape[0], heads.head_dim
+    nq, nkv = heads.n_head * hd, heads.n_kv * hd
+    if _native_attention_fits(qkv, cache, angles, vis):
+        cos, sin = angles.cos_sin()
+        return native.attention_step(
+            qkv, heads.n_head, heads.n_kv, hd, bias=heads.bias, q_norm=heads.q_norm, k_norm=heads.k_norm,
+            v_norm=heads.v_norm, eps=heads.eps, cos=cos, sin=sin, neox=angles.style == "neox", k_cache=cache.k,
+            v_cache=cache.v, slot_pos=cache.pos, write=heads.writes_kv, positions=positions, ring=cache.ring,
+            n_scan=vis.extent, window=heads.window, scale=heads.scale)
+    if heads.bias is not None:
+        qkv = qkv + heads.bias
+    q = qkv[:, :nq].reshape(t, heads.n_head, hd)  # [T, n_head, hd]
+    if heads.q_norm is not None:
+        q = rms_norm(q, heads.q_norm, heads.eps)
+    q = rope(q, angles)
+    if heads.writes_kv:
+        k = qkv[:, nq:nq + nkv].reshape(t, heads.n_kv, hd)  # [T, n_kv, hd]
+        v = qkv[:, nq + nkv:].reshape(t, heads.n_kv, hd)
+        if heads.k_norm is not None:
+            k = rms_norm(k, heads.k_norm, heads.eps)
+        if heads.v_norm:
+            v = rms_norm(v, None, heads.eps)
+        cache.write(rope(k, angles).transpose(0, 1), v.transpose(0, 1), positions)  # the cache is [n_kv, S, hd]
+    o = attention(q, cache.k, cache.v, vis, heads.scale)  # [T, n_head, hd]
+    return o.reshape(t, nq)

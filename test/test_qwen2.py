@@ -8,6 +8,7 @@ bytes and values. One fp32 model is in memory at a time (ours, then theirs: ~2 G
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 
@@ -60,12 +61,12 @@ def ours():
     ids = prompt + answer
     logits = engine.forward(engine.new_session(), ids, logits="all")  # [T, vocab]
     # the Q bias alone is what makes these logits: dropping it changes them far beyond any rounding error
-    without = [b.qkv_bias for b in engine.model.blocks]
+    heads = [b.heads for b in engine.model.blocks]
     for b in engine.model.blocks:
-        b.qkv_bias = None
+        b.heads = dataclasses.replace(b.heads, bias=None)
     unbiased = engine.forward(engine.new_session(), ids, logits="all")
-    for b, bias in zip(engine.model.blocks, without):
-        b.qkv_bias = bias
+    for b, h in zip(engine.model.blocks, heads):
+        b.heads = h
     out = dict(prompt=prompt, result=res, answer=answer, ids=ids, logits=logits, unbiased=unbiased, tok=tok)
     del engine
     gc.collect()

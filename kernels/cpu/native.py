@@ -1,5 +1,5 @@
-"""The C CPU kernels (gguf_dequant.c, gguf_matmul.c): built once per machine with the system C compiler, loaded with
-ctypes.
+"""The C CPU kernels (gguf_dequant.c, gguf_matmul.c, attention_step.c): built once per machine with the system C
+compiler, loaded with ctypes.
 
 Why C and not a torch extension: the files need no torch headers (pointers and sizes only), so they compile in
 seconds instead of a minute. Threads: the dequantizer's rows are split across Python threads (ctypes releases the
@@ -26,7 +26,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "gguf_matmul.c")]
+SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "gguf_matmul.c", "attention_step.c")]
 HEADERS = [Path(__file__).with_name("gguf_blocks.h")]
 # -ffp-contract=off: no fused multiply-adds, so the dequantized values equal the torch reference's bit for bit
 CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=gnu11"]
@@ -83,6 +83,10 @@ def _build() -> ctypes.CDLL | None:
     so.bolt_gguf_matmul.restype = ctypes.c_int
     so.bolt_gguf_matmul_fast.argtypes = [ctypes.c_int]
     so.bolt_gguf_matmul_fast.restype = ctypes.c_int
+    p, i64, i = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    so.bolt_attention_step.argtypes = [p, i64, i64, i64, i64, p, p, p, i, ctypes.c_float, p, p, i64, i, p, p, p, i64,
+                                       i, p, p, i64, i64, ctypes.c_float, p, i]
+    so.bolt_attention_step.restype = ctypes.c_int
     return so
 
 
@@ -169,3 +173,31 @@ def gguf_matmul_op(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out:
 @gguf_matmul_op.register_fake
 def _(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out: int) -> torch.Tensor:
     return x.new_empty((x.shape[0], n_out), dtype=torch.float32)
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def attention_step(qkv: torch.Tensor, n_head: int, n_kv: int, head_dim: int, *, bias: torch.Tensor | None,
+                   q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, v_norm: bool, eps: float,
+                   cos: torch.Tensor, sin: torch.Tensor, neox: bool, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   slot_pos: torch.Tensor, write: bool, positions: torch.Tensor, ring: bool,
+                   n_scan: int, window: int, scale: float) -> torch.Tensor:
+    """attention_step.c: qkv [T, W] (fp32; W = n_head*hd, + 2*n_kv*hd when `write`) -> attention output [T, n_head*hd].
+
+    Writes this step's k, v and positions into the cache (k_cache/v_cache [n_kv, S, hd] fp32, slot_pos [S] long) at
+    slot position % S on a sliding `ring`, position otherwise, when `write`. cos/sin [T, P] fp32, positions [T]
+    long. Every tensor contiguous on the CPU; the caller checks dtypes."""
+    lib = _lib if _tried else library()
+    t = qkv.shape[0]
+    out = torch.empty(t, n_head * head_dim, dtype=torch.float32)
+    rc = lib.bolt_attention_step(
+        qkv.data_ptr(), t, n_head, n_kv, head_dim, _ptr(bias), _ptr(q_norm), _ptr(k_norm), int(v_norm), eps,
+        cos.data_ptr(), sin.data_ptr(), cos.shape[-1], int(neox), k_cache.data_ptr(), v_cache.data_ptr(),
+        slot_pos.data_ptr(), k_cache.shape[1], int(write), positions.data_ptr(), int(ring), n_scan, window, scale,
+        out.data_ptr(), torch.get_num_threads())
+    if rc:
+        raise ValueError(f"attention_step refused T={t}, heads {n_head}/{n_kv}x{head_dim}, {n_scan} of "
+                         f"{k_cache.shape[1]} slots")
+    return out

@@ -70,17 +70,20 @@ class Block(nn.Module):
         if self.owns_kv:
             wk, wv = w.linear(p + "attn_k.weight"), w.linear(p + "attn_v.weight")
             self.wqkv = QuantLinear.fuse([wq, wk, wv]) or _Split([wq, wk, wv])  # one matmul where forms allow
-            self.k_norm = w.vector(p + "attn_k_norm.weight") if cfg.qk_norm else None
         else:
             self.wqkv = _Split([wq])
         # Qwen2: Q/K/V biases, concatenated in wqkv's output order ([nq (+ 2 * nkv)]) and added after the matmul,
         # so the fused packed matmul stays bias-free
         parts = ("q", "k", "v") if self.owns_kv else ("q",)
-        self.qkv_bias = torch.cat([w.vector(f"{p}attn_{n}.bias") for n in parts]) if cfg.attn_bias else None
+        bias = torch.cat([w.vector(f"{p}attn_{n}.bias") for n in parts]) if cfg.attn_bias else None
         width = self.n_head * self.hd + (2 * self.n_kv * self.hd if self.owns_kv else 0)
-        if self.qkv_bias is not None and self.qkv_bias.shape[0] != width:
-            raise GGUFError(f"{p}attn_q/k/v biases have {self.qkv_bias.shape[0]} values for {width} outputs")
-        self.q_norm = w.vector(p + "attn_q_norm.weight") if cfg.qk_norm else None
+        if bias is not None and bias.shape[0] != width:
+            raise GGUFError(f"{p}attn_q/k/v biases have {bias.shape[0]} values for {width} outputs")
+        q_norm = w.vector(p + "attn_q_norm.weight") if cfg.qk_norm else None
+        k_norm = w.vector(p + "attn_k_norm.weight") if cfg.qk_norm and self.owns_kv else None
+        # everything between the QKV projection and the output projection: ops.self_attention
+        self.heads = ops.AttnHeads(self.n_head, self.n_kv, self.hd, self.owns_kv, bias, q_norm, k_norm, cfg.v_norm,
+                                   cfg.rms_eps, cfg.attn_scale, (cfg.sliding_window or 0) if cfg.swa[il] else 0)
         self.wo = w.linear(p + "attn_output.weight")
         self.ffn_norm = w.vector(p + "ffn_norm.weight")
         gate, up = w.linear(p + "ffn_gate.weight"), w.linear(p + "ffn_up.weight")
@@ -98,26 +101,9 @@ class Block(nn.Module):
     def attention(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, angles: RopeAngles,
                   vis: ops.Visibility) -> torch.Tensor:
         """x [T, n_embd] -> [T, n_embd]; writes this step's K/V when the layer owns KV."""
-        cfg, T = self.cfg, x.shape[0]
-        nq, nkv = self.n_head * self.hd, self.n_kv * self.hd
         qkv = self.wqkv(x)  # [T, nq (+ 2 * nkv)]
-        if self.qkv_bias is not None:
-            qkv = qkv + self.qkv_bias
-        q = qkv[:, :nq].reshape(T, self.n_head, self.hd)  # [T, n_head, hd]
-        if self.q_norm is not None:
-            q = ops.rms_norm(q, self.q_norm, cfg.rms_eps)
-        q = ops.rope(q, angles)
-        lc = cache.layer(self.il)
-        if self.owns_kv:
-            k = qkv[:, nq:nq + nkv].reshape(T, self.n_kv, self.hd)  # [T, n_kv, hd]
-            v = qkv[:, nq + nkv:].reshape(T, self.n_kv, self.hd)
-            if self.k_norm is not None:
-                k = ops.rms_norm(k, self.k_norm, cfg.rms_eps)
-            if cfg.v_norm:
-                v = ops.rms_norm(v, None, cfg.rms_eps)
-            lc.write(ops.rope(k, angles).transpose(0, 1), v.transpose(0, 1), positions)  # the cache is [n_kv, S, hd]
-        o = ops.attention(q, lc.k, lc.v, vis, cfg.attn_scale)  # [T, n_head, hd]
-        return self.wo(o.reshape(T, nq))
+        o = ops.self_attention(qkv, self.heads, cache.layer(self.il), positions, angles, vis)  # [T, nq]
+        return self.wo(o)
 
     def mix(self, h, positions, cache, angles, vis) -> torch.Tensor:
         """The attention half: h + attention(norm(h)), post-normed on Gemma."""
