@@ -35,7 +35,22 @@ def qmatmul_gguf(x: torch.Tensor, raw_blocks: torch.Tensor, ggml_type: int, n: i
     return _pick(x, qmatmul.qmatmul_triton, qmatmul.qmatmul_torch)(x, raw_blocks, ggml_type, n, k)
 
 
+NATIVE_ROWS_MAX = 16  # decode steps and DFlash verify blocks take the C row kernels; prefill chunks stay in torch
+
+
+def _native_rows_fit(*ts: torch.Tensor | None) -> bool:
+    """Whether a few fp32 CPU rows go to the C kernels (kernels/cpu): one call instead of a torch dispatch that costs
+    ~10x their arithmetic."""
+    x = ts[0]
+    return (x.device.type == "cpu" and x.dim() >= 1 and x.numel() <= NATIVE_ROWS_MAX * x.shape[-1] and x.numel() > 0
+            and all(t is None or (t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu")
+                    for t in ts)
+            and not use_triton(x.device) and not torch.compiler.is_compiling() and native.available())
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    if _native_rows_fit(x, weight):
+        return native.rms_norm(x, weight, eps)
     return _pick(x, norm.rms_norm_triton, norm.rms_norm_torch)(x, weight, eps)
 
 
@@ -47,6 +62,8 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
 
 def rms_norm_add(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.Tensor, eps: float) -> torch.Tensor:
     """residual + norm(x) * w (Gemma post-norms)."""
+    if residual.shape == x.shape and _native_rows_fit(x, weight, residual):
+        return native.rms_norm(x, weight, eps, residual)
     return _pick(x, norm.rms_norm_add_triton, norm.rms_norm_add_torch)(x, weight, residual, eps)
 
 

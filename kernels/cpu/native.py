@@ -1,5 +1,5 @@
-"""The C CPU kernels (gguf_dequant.c, gguf_matmul.c, attention_step.c): built once per machine with the system C
-compiler, loaded with ctypes.
+"""The C CPU kernels (gguf_dequant.c, gguf_matmul.c, attention_step.c, rms_norm.c): built once per machine with the
+system C compiler, loaded with ctypes.
 
 Why C and not a torch extension: the files need no torch headers (pointers and sizes only), so they compile in
 seconds instead of a minute. Threads: the dequantizer's rows are split across Python threads (ctypes releases the
@@ -26,7 +26,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "gguf_matmul.c", "attention_step.c")]
+SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "gguf_matmul.c", "attention_step.c", "rms_norm.c")]
 HEADERS = [Path(__file__).with_name("gguf_blocks.h")]
 # -ffp-contract=off: no fused multiply-adds, so the dequantized values equal the torch reference's bit for bit
 CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=gnu11"]
@@ -87,6 +87,8 @@ def _build() -> ctypes.CDLL | None:
     so.bolt_attention_step.argtypes = [p, i64, i64, i64, i64, p, p, p, i, ctypes.c_float, p, p, i64, i, p, p, p, i64,
                                        i, p, p, i64, i64, ctypes.c_float, p, i]
     so.bolt_attention_step.restype = ctypes.c_int
+    so.bolt_rms_norm.argtypes = [p, p, p, p, i64, i64, ctypes.c_float]
+    so.bolt_rms_norm.restype = ctypes.c_int
     return so
 
 
@@ -201,3 +203,15 @@ def attention_step(qkv: torch.Tensor, n_head: int, n_kv: int, head_dim: int, *, 
         raise ValueError(f"attention_step refused T={t}, heads {n_head}/{n_kv}x{head_dim}, {n_scan} of "
                          f"{k_cache.shape[1]} slots")
     return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+             residual: torch.Tensor | None = None) -> torch.Tensor:
+    """rms_norm.c: norm(x) * w over the last dim, plus `residual` when given -> a new tensor shaped like x. Every
+    tensor fp32, contiguous, on the CPU (the caller checks)."""
+    lib = _lib if _tried else library()
+    d = x.shape[-1]
+    y = torch.empty_like(x)
+    if lib.bolt_rms_norm(x.data_ptr(), _ptr(weight), _ptr(residual), y.data_ptr(), x.numel() // d, d, eps):
+        raise ValueError(f"rms_norm refused a tensor of shape {tuple(x.shape)}")
+    return y
