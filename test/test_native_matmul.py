@@ -93,3 +93,24 @@ def test_quant_linear_blocks_scheme_chunks_and_fuses():
     assert torch.equal(fused(x), torch.cat([a(x), a(x)], -1))
     with pytest.raises(ValueError, match="vectorized Q4_1"):
         QuantLinear(random_raw(3, (16, 64)), 3, (16, 64), scheme="blocks")
+
+
+def test_parts_of_different_types_fuse_into_one_call():
+    """q|k|v whose GGUF types differ (Q5_0, Q8_0, Q6_K in the shipped models' layers): one gguf_matmul_parts call, the
+    same bits as each part's own call side by side, at 1 row, a verify block and the last row count before the dense
+    prefill path; the parts stay the GGUF bytes (no copy)."""
+    types = [t for t in (6, 8, 14) if native.gguf_matmul_fast(t)]
+    if len(types) < 2:
+        pytest.skip("fewer than two vectorized kernels on this CPU")
+    layers = [QuantLinear(random_raw(t, (32 * (i + 1), 512), seed=t, max_scale=0.05), t, (32 * (i + 1), 512),
+                          scheme="blocks") for i, t in enumerate(types)]
+    fused = QuantLinear.fuse(layers)
+    assert fused is not None and fused.out_features == sum(m.out_features for m in layers)
+    assert fused.weight_bytes == sum(m.weight_bytes for m in layers)
+    for m in (1, 8, layers[0].prefill_dense_rows - 1):
+        x = torch.randn(m, 512, generator=torch.Generator().manual_seed(m))
+        assert torch.equal(fused(x), torch.cat([layer(x) for layer in layers], -1))
+    # negative control: the parts' order matters (a swapped call gives other columns)
+    x = torch.randn(1, 512)
+    swapped = QuantLinear.fuse(layers[::-1])
+    assert not torch.equal(swapped(x), fused(x))

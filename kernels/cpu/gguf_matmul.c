@@ -390,12 +390,19 @@ static int64_t row_bytes(int type, int64_t K) {
     }
 }
 
-/* x [M, K] fp32 (rows contiguous), W [N, K] GGUF rows at w, y [M, N] fp32. scalar != 0 takes the portable loops
- * even where a vectorized kernel exists (tests compare the two). Returns 0, or -1 for an unsupported type, a K that
- * isn't whole blocks, M outside 1..MAX_M, or no memory. */
-int bolt_gguf_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t M, float *y,
-                     int n_threads, int scalar) {
-    if (!supported(type, K) || M < 1 || M > MAX_M) return -1;
+/* y [M, sum N_p] = x [M, K] @ [W_0; W_1; ...]^T for n_parts weights side by side (q|k|v, gate|up), each [N_p, K]
+ * in its own GGUF type at w[p]: one call and one quantization of x for layers whose parts differ in type, the parts'
+ * bytes read where they lie (the GGUF mmap). scalar: the portable loops even where a vectorized kernel exists
+ * (tests compare the two). Returns 0, or -1 for an unsupported type, a K that isn't whole blocks, M outside
+ * 1..MAX_M, or no memory. */
+int bolt_gguf_matmul_parts(int n_parts, const int *types, const uint8_t *const *w, const int64_t *N, int64_t K,
+                           const float *x, int64_t M, float *y, int n_threads, int scalar) {
+    if (n_parts < 1 || M < 1 || M > MAX_M) return -1;
+    int64_t n_total = 0;
+    for (int p = 0; p < n_parts; p++) {
+        if (!supported(types[p], K) || N[p] < 0) return -1;
+        n_total += N[p];
+    }
     int64_t nb32 = K / 32;
     int16_t *xq = malloc(sizeof(int16_t) * (size_t)(M * K));
     float *xd = malloc(sizeof(float) * (size_t)(M * nb32));
@@ -405,19 +412,34 @@ int bolt_gguf_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const flo
         return -1;
     }
     for (int64_t i = 0; i < M * nb32; i++) quantize_block(x + i * 32, xq + i * 32, xd + i, xs + i);
-    int64_t rb = row_bytes(type, K);
-    #pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        float acc[MAX_M];
-        if (SIMD_TYPES(type) && !scalar) {
-            for (int64_t m0 = 0; m0 < M; m0 += CHUNK_M)  /* the weight row stays in L1 across chunks */
-                row_dot_chunk(type, w + n * rb, K, (int)(M - m0 < CHUNK_M ? M - m0 : CHUNK_M), xq + m0 * K,
-                              xd + m0 * nb32, xs + m0 * nb32, acc + m0);
-        } else {
-            row_dot(type, w + n * rb, K, (int)M, xq, xd, xs, acc);
+    #pragma omp parallel num_threads(n_threads)
+    {
+        int64_t off = 0;
+        for (int p = 0; p < n_parts; p++) {
+            int type = types[p];
+            int64_t rb = row_bytes(type, K);
+            const uint8_t *wp = w[p];
+            #pragma omp for schedule(static) nowait
+            for (int64_t n = 0; n < N[p]; n++) {
+                float acc[MAX_M];
+                if (SIMD_TYPES(type) && !scalar) {
+                    for (int64_t m0 = 0; m0 < M; m0 += CHUNK_M)  /* the weight row stays in L1 across chunks */
+                        row_dot_chunk(type, wp + n * rb, K, (int)(M - m0 < CHUNK_M ? M - m0 : CHUNK_M), xq + m0 * K,
+                                      xd + m0 * nb32, xs + m0 * nb32, acc + m0);
+                } else {
+                    row_dot(type, wp + n * rb, K, (int)M, xq, xd, xs, acc);
+                }
+                for (int64_t m = 0; m < M; m++) y[m * n_total + off + n] = acc[m];
+            }
+            off += N[p];
         }
-        for (int64_t m = 0; m < M; m++) y[m * N + n] = acc[m];
     }
     free(xq); free(xd); free(xs);
     return 0;
+}
+
+/* One weight: the parts call with one part. */
+int bolt_gguf_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t M, float *y,
+                     int n_threads, int scalar) {
+    return bolt_gguf_matmul_parts(1, &type, &w, &N, K, x, M, y, n_threads, scalar);
 }

@@ -81,6 +81,10 @@ def _build() -> ctypes.CDLL | None:
     so.bolt_gguf_matmul.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                     ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     so.bolt_gguf_matmul.restype = ctypes.c_int
+    so.bolt_gguf_matmul_parts.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                          ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                          ctypes.c_int, ctypes.c_int]
+    so.bolt_gguf_matmul_parts.restype = ctypes.c_int
     so.bolt_gguf_matmul_fast.argtypes = [ctypes.c_int]
     so.bolt_gguf_matmul_fast.restype = ctypes.c_int
     p, i64, i = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
@@ -157,6 +161,33 @@ def gguf_matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out: in
     if lib.bolt_gguf_matmul(ggml_type, blocks.data_ptr(), n_out, k, x.data_ptr(), m, y.data_ptr(),
                             torch.get_num_threads(), int(scalar)):
         raise ValueError(f"gguf_matmul refused ggml type {ggml_type} with K={k}, M={m} (M <= {MAX_M})")
+    return y
+
+
+class BlockParts:
+    """Several GGUF weights with the same K side by side (q|k|v, gate|up), each in its own type, as one
+    `gguf_matmul_parts` call takes them: the ctypes arrays are built once."""
+
+    def __init__(self, parts: list[tuple[torch.Tensor, int, int]]):
+        """parts: (blocks uint8 [N_p, row_bytes] contiguous, ggml type, N_p) each; the tensors must outlive this."""
+        self.blocks = [b for b, _, _ in parts]  # keeps the views alive
+        n = len(parts)
+        self.n_parts, self.n_out = n, sum(p[2] for p in parts)
+        self.types = (ctypes.c_int * n)(*(t for _, t, _ in parts))
+        self.ptrs = (ctypes.c_void_p * n)(*(b.data_ptr() for b in self.blocks))
+        self.rows = (ctypes.c_int64 * n)(*(r for _, _, r in parts))
+
+
+def gguf_matmul_parts(x: torch.Tensor, parts: BlockParts, *, scalar: bool = False) -> torch.Tensor:
+    """x [M, K] (M <= MAX_M) @ [W_0; W_1; ...]^T -> [M, sum N_p] fp32 in one call (x quantized once)."""
+    lib = _lib if _tried else library()
+    if x.dtype != torch.float32 or not x.is_contiguous():
+        x = x.float().contiguous()
+    m, k = x.shape
+    y = torch.empty(m, parts.n_out, dtype=torch.float32)
+    if lib.bolt_gguf_matmul_parts(parts.n_parts, parts.types, parts.ptrs, parts.rows, k, x.data_ptr(), m,
+                                  y.data_ptr(), torch.get_num_threads(), int(scalar)):
+        raise ValueError(f"gguf_matmul_parts refused types {list(parts.types)} with K={k}, M={m} (M <= {MAX_M})")
     return y
 
 

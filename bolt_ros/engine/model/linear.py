@@ -340,13 +340,12 @@ class QuantLinear(nn.Module):
     @classmethod
     def fuse(cls, layers: list[QuantLinear]) -> QuantLinear | None:
         """One layer computing several layers' outputs side by side (q|k|v, gate|up): one kernel call instead of
-        several. None when their forms can't be concatenated (then call them separately)."""
+        several. None when their forms can't be concatenated (then call them separately). GGUF blocks of different
+        types fuse too (one C call over the parts); the fused layer's ggml_type is then its first part's."""
         first = layers[0]
         same = all(m.scheme == first.scheme and m.in_features == first.in_features and m.policy == first.policy
                    and m.prefill_dense_rows == first.prefill_dense_rows and m.group == first.group for m in layers)
         if not same or first.scheme not in ("f32", "bf16", "int4", "int4x2", "blocks"):
-            return None
-        if first.scheme == "blocks" and any(m.ggml_type != first.ggml_type for m in layers):  # one kernel, one type
             return None
         if first.scheme.startswith("int4") and (any(m.out_features % 64 for m in layers)  # whole 64-row tiles
                                                 or any(m.k_parts != first.k_parts for m in layers)):
@@ -361,7 +360,8 @@ class QuantLinear(nn.Module):
         if first.scheme in ("f32", "bf16"):
             fused.register_buffer("weight", torch.cat([m.weight for m in layers]))
         elif first.scheme == "blocks":
-            fused.register_buffer("blocks", torch.cat([m.blocks for m in layers]))
+            # the parts stay where they lie (the GGUF mmap), each in its own type: one C call over all of them
+            fused._block_parts = native.BlockParts([(m.blocks, m.ggml_type, m.out_features) for m in layers])
         else:
             fused._set_int4(torch.cat([m.packed for m in layers]), torch.cat([m.scale_zeros for m in layers], dim=1))
         return fused
@@ -381,7 +381,9 @@ class QuantLinear(nn.Module):
     def weight_bytes(self) -> int:
         """Bytes held by this layer's buffers (the GGUF mmap it came from is not counted, except where the "blocks"
         form's buffer is that mmap: then those bytes are the page cache's, not a copy)."""
-        return sum(b.numel() * b.element_size() for b in self.buffers())
+        parts = getattr(self, "_block_parts", None)  # a fused blocks layer's parts: views, not buffers
+        held = sum(b.numel() for b in parts.blocks) if parts is not None else 0
+        return held + sum(b.numel() * b.element_size() for b in self.buffers())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] -> [..., out] float32."""
@@ -436,8 +438,16 @@ class QuantLinear(nn.Module):
         if s == "int8":
             return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.w8, self.scales).float()
         if s == "blocks":
+            parts = getattr(self, "_block_parts", None)
             if torch.compiler.is_compiling():  # a compiled step (engine/model/compiled.py) calls the operator
-                return native.gguf_matmul_op(x, self.blocks, self.ggml_type, self.out_features)
+                if parts is None:
+                    return native.gguf_matmul_op(x, self.blocks, self.ggml_type, self.out_features)
+                return torch.cat([native.gguf_matmul_op(x, b, t, n) for b, t, n in
+                                  zip(parts.blocks, parts.types, parts.rows)], dim=-1)
+            if parts is not None:
+                if x.shape[0] <= native.MAX_M:
+                    return native.gguf_matmul_parts(x, parts)
+                return torch.cat([native.gguf_matmul_parts(c, parts) for c in x.split(native.MAX_M)])
             if x.shape[0] <= native.MAX_M:
                 return native.gguf_matmul(x, self.blocks, self.ggml_type, self.out_features)
             return torch.cat([native.gguf_matmul(c, self.blocks, self.ggml_type, self.out_features)
