@@ -35,14 +35,16 @@ def qmatmul_gguf(x: torch.Tensor, raw_blocks: torch.Tensor, ggml_type: int, n: i
     return _pick(x, qmatmul.qmatmul_triton, qmatmul.qmatmul_torch)(x, raw_blocks, ggml_type, n, k)
 
 
-NATIVE_ROWS_MAX = 16  # decode steps and DFlash verify blocks take the C row kernels; prefill chunks stay in torch
+# decode steps and DFlash verify blocks (at most this many tokens or rows) take the C kernels on the CPU; prefill
+# chunks stay in torch (SDPA, one dispatch per op amortized over many rows)
+NATIVE_MAX_T = 16
 
 
 def _native_rows_fit(*ts: torch.Tensor | None) -> bool:
     """Whether a few fp32 CPU rows go to the C kernels (kernels/cpu): one call instead of a torch dispatch that costs
     ~10x their arithmetic."""
     x = ts[0]
-    return (x.device.type == "cpu" and x.dim() >= 1 and x.numel() <= NATIVE_ROWS_MAX * x.shape[-1] and x.numel() > 0
+    return (x.device.type == "cpu" and x.dim() >= 1 and x.numel() <= NATIVE_MAX_T * x.shape[-1] and x.numel() > 0
             and all(t is None or (t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu")
                     for t in ts)
             and not use_triton(x.device) and not torch.compiler.is_compiling() and native.available())
@@ -167,11 +169,8 @@ class LayerKV(Protocol):
     def write(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None: ...
 
 
-NATIVE_ATTENTION_MAX_T = 16  # decode steps and DFlash verify blocks; prefill chunks go to SDPA
-
-
-def _native_attention_fits(qkv: torch.Tensor, cache: LayerKV, angles: RopeAngles, vis: Visibility) -> bool:
-    return (qkv.device.type == "cpu" and not use_triton(qkv.device) and qkv.shape[0] <= NATIVE_ATTENTION_MAX_T
+def _native_attention_fits(qkv: torch.Tensor, cache: LayerKV, vis: Visibility) -> bool:
+    return (qkv.device.type == "cpu" and not use_triton(qkv.device) and qkv.shape[0] <= NATIVE_MAX_T
             and qkv.dtype == torch.float32 and cache.k.dtype == torch.float32 and qkv.is_contiguous()
             and (isinstance(vis, Masked) or (isinstance(vis, Span) and vis.causal))
             and not torch.compiler.is_compiling() and native.available())
@@ -183,12 +182,12 @@ def self_attention(qkv: torch.Tensor, heads: AttnHeads, cache: LayerKV, position
 
     Adds the biases, norms q and k per head (and v when v_norm), rotates q and k, writes k and v to `cache` at
     `positions` when the layer owns its KV, and attends over what `vis` lets each query see. On the CPU a step of at
-    most NATIVE_ATTENTION_MAX_T tokens runs as one C call (cpu/attention_step.c: visibility from the cache's slot
+    most NATIVE_MAX_T tokens runs as one C call (cpu/attention_step.c: visibility from the cache's slot
     positions, which is what every `vis` here encodes); the composition below is its reference and every other
     device's path."""
     t, hd = qkv.shape[0], heads.head_dim
     nq, nkv = heads.n_head * hd, heads.n_kv * hd
-    if _native_attention_fits(qkv, cache, angles, vis):
+    if _native_attention_fits(qkv, cache, vis):
         cos, sin = angles.cos_sin()
         return native.attention_step(
             qkv, heads.n_head, heads.n_kv, hd, bias=heads.bias, q_norm=heads.q_norm, k_norm=heads.k_norm,

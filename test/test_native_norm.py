@@ -35,8 +35,8 @@ def test_native_norm_equals_the_torch_form(shape, weighted):
 
 def test_what_takes_the_c_rows():
     """Prefill-sized, strided and non-fp32 inputs keep the torch form (the same values within TOL)."""
-    x = torch.randn(ops.NATIVE_ROWS_MAX + 1, 64)
-    assert not ops._native_rows_fit(x) and ops._native_rows_fit(x[:ops.NATIVE_ROWS_MAX])
+    x = torch.randn(ops.NATIVE_MAX_T + 1, 64)
+    assert not ops._native_rows_fit(x) and ops._native_rows_fit(x[:ops.NATIVE_MAX_T])
     assert not ops._native_rows_fit(torch.randn(4, 128)[:, :64])
     assert not ops._native_rows_fit(torch.randn(2, 64, dtype=torch.bfloat16))
     s = torch.randn(4, 128)[:, :64]

@@ -18,13 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* x [D] <- x * rsqrt(mean(x^2) + eps) * w (w NULL: no weight) */
-static void rms_norm(float *x, const float *w, int64_t D, float eps) {
-    double ss = 0.0;  /* double: no worse than the reference's fp32 sum for any D */
-    for (int64_t i = 0; i < D; i++) ss += (double)x[i] * x[i];
-    float r = 1.0f / sqrtf((float)(ss / (double)D) + eps);
-    for (int64_t i = 0; i < D; i++) x[i] = w ? (x[i] * r) * w[i] : x[i] * r;
-}
+/* rms_norm.c (the same library): y = norm(x) * w row by row; in place when y == x */
+int bolt_rms_norm(const float *x, const float *w, const float *r, float *y, int64_t rows, int64_t D, float eps);
 
 /* sum a[i] b[i] in 16 partial sums (which the compiler vectorizes; a single running sum can't be reordered) */
 static inline float dot(const float *restrict a, const float *restrict b, int64_t n) {
@@ -76,7 +71,7 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
         float *qt = q + t * nq;
         for (int64_t i = 0; i < nq; i++) qt[i] = bias ? row[i] + bias[i] : row[i];
         for (int64_t h = 0; h < n_head; h++) {
-            if (q_norm) rms_norm(qt + h * hd, q_norm, hd, eps);
+            if (q_norm) bolt_rms_norm(qt + h * hd, q_norm, NULL, qt + h * hd, 1, hd, eps);
             rope(qt + h * hd, c, s, P, neox);
         }
         if (!write) continue;
@@ -88,9 +83,9 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
                 k[i] = bias ? row[j] + bias[j] : row[j];
                 v[i] = bias ? row[j + nkv] + bias[j + nkv] : row[j + nkv];
             }
-            if (k_norm) rms_norm(k, k_norm, hd, eps);
+            if (k_norm) bolt_rms_norm(k, k_norm, NULL, k, 1, hd, eps);
             rope(k, c, s, P, neox);
-            if (v_norm) rms_norm(v, NULL, hd, eps);
+            if (v_norm) bolt_rms_norm(v, NULL, NULL, v, 1, hd, eps);
         }
         pos[slot] = positions[t];
     }

@@ -107,7 +107,8 @@ def library() -> ctypes.CDLL | None:
 
 
 def available() -> bool:
-    return library() is not None
+    # the hot path (ops asks per small op): no lock once the library was tried
+    return (_lib if _tried else library()) is not None
 
 
 def _threads() -> ThreadPoolExecutor:

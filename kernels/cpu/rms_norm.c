@@ -8,7 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 
-/* x, r, y [rows, D] fp32 (r NULL: no residual), w [D] or NULL. Returns 0, or -1 for bad sizes. */
+/* x, r, y [rows, D] fp32 (r NULL: no residual; y may be x: each element is read before it is written), w [D] or
+ * NULL. Returns 0, or -1 for bad sizes. attention_step.c norms q and k heads with it in place. */
 int bolt_rms_norm(const float *x, const float *w, const float *r, float *y, int64_t rows, int64_t D, float eps) {
     if (rows < 1 || D < 1) return -1;
     for (int64_t i = 0; i < rows; i++) {
