@@ -1,0 +1,117 @@
+"""One control step of the Reachy Mini backend, ROS-free: our MotionController says where the robot should be, the
+envelope keeps that inside OUR limits, the link streams it to the daemon, and the daemon's state comes back.
+
+The daemon refuses nothing (past its reach it logs "IK error" and holds a distorted pose), so every target passes
+`guard` right before it is sent: clipped into the joint limits and the head-translation bound. The goals were
+already refused or clamped per limit_mode when planned; the guard is the last line, and says when it had to act.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from bolt_ros.robot.config import JOINT_NAMES, RobotConfig
+from bolt_ros.robot.controller import FINISHED, Motion, MotionController
+from bolt_ros.robot.reachy_mini.link import Measured, ReachyLink
+from bolt_ros.robot.trajectory import LimitError, Trajectory
+
+
+class RobotUnavailable(LimitError):
+    """No robot to move (daemon not running or unreachable): the goal is refused with this reason."""
+
+
+class LinkedController(MotionController):
+    """A MotionController that refuses to start motions while the robot is unreachable, and that the bridge can
+    re-sync to the measured pose and abort when the robot goes away."""
+
+    def __init__(self, initial: np.ndarray, unavailable: Callable[[], str]):
+        super().__init__(initial)
+        self._unavailable = unavailable  # "" when the robot is there, else why not
+
+    def start(self, build: Callable[[np.ndarray], Trajectory], label: str) -> Motion:
+        why = self._unavailable()
+        if why:
+            raise RobotUnavailable(why)
+        return super().start(build, label)
+
+    def current(self) -> Motion | None:
+        with self._lock:
+            return self._motion
+
+    def resync(self, pose: np.ndarray) -> None:
+        """Start commanding from where the robot is (after a (re)connection): never jump to a stale command."""
+        with self._lock:
+            self._pose, self._velocity = pose.astype(float).copy(), np.zeros_like(self._pose)
+
+    def abort(self, reason: str) -> None:
+        """End the running motion with `reason` (its goal is aborted with it)."""
+        motion = self.current()
+        if motion is not None:
+            self.cancel(motion, reason)
+
+
+class Envelope:
+    def __init__(self, robot: RobotConfig, max_offset_m: float):
+        self.lower, self.upper, _ = robot.limits.arrays()
+        self.max_offset_m = max_offset_m
+
+    def guard(self, pose: np.ndarray, offset: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, list[str]]:
+        """(pose, offset) clipped into the envelope, and the joints that had to be clipped."""
+        safe = np.clip(np.nan_to_num(pose, nan=0.0), self.lower, self.upper)
+        bad = [JOINT_NAMES[i] for i in np.flatnonzero(np.abs(safe - pose) > 1e-9)]
+        if offset is not None:
+            clipped = np.clip(offset, -self.max_offset_m, self.max_offset_m)
+            if np.any(clipped != offset):
+                bad.append("head_offset")
+            offset = clipped
+        return safe, offset, bad
+
+
+class ReachyBridge:
+    def __init__(self, link: ReachyLink, robot: RobotConfig, max_offset_m: float, log: Callable[[str], None]):
+        self.link, self.robot, self.log = link, robot, log
+        self.envelope = Envelope(robot, max_offset_m)
+        self.controller = LinkedController(robot.neutral_pose(), self.unavailable)
+        self._generation = 0
+        self._last_sent: tuple | None = None
+
+    def unavailable(self) -> str:
+        return "" if self.link.connected else f"the robot is not available: {self.link.error}"
+
+    def step(self) -> Measured | None:
+        """Read the state, send the command; returns the state (None while there is no robot)."""
+        measured = self.link.measured()
+        if measured is None:
+            motion = self.controller.current()
+            if motion is not None:
+                self.controller.abort(f"aborted: {self.link.error or 'lost the robot'}")
+            self._last_sent = None
+            return None
+        if self.link.generation != self._generation:  # a fresh connection: command from where the robot is
+            self._generation = self.link.generation
+            start, _, _ = self.envelope.guard(measured.pose, None)
+            self.controller.resync(start)
+        pose, _ = self.controller.state()
+        motion = self.controller.current()
+        offset = None
+        if motion is not None and hasattr(motion.trajectory, "offset"):
+            offset = motion.trajectory.offset(motion.elapsed(self.controller.now()))
+        pose, offset, clipped = self.envelope.guard(pose, offset)
+        if clipped:
+            self.log(f"envelope clipped {', '.join(clipped)} before sending")
+        key = (pose.tobytes(), None if offset is None else offset.tobytes())
+        if key != self._last_sent and self.link.send(pose, offset):
+            self._last_sent = key
+        return measured
+
+    def settled(self, motion: Motion, measured: Measured | None, tolerance: float, timeout_s: float) -> bool:
+        """Whether a finished motion's goal may report now: the robot reached the final pose (within tolerance,
+        rad, on every joint) or timeout_s passed since the command got there (it then reports where it is)."""
+        if motion.outcome != FINISHED or measured is None:
+            return True
+        if np.max(np.abs(measured.pose - motion.trajectory.final)) <= tolerance:
+            return True
+        end = motion.start_time + motion.trajectory.duration
+        return self.controller.now() - end >= timeout_s
+

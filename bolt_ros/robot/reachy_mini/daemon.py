@@ -1,0 +1,116 @@
+"""Pollen's `reachy-mini-daemon` in MuJoCo as a child process: started headless on a port of our choosing, waited
+for until its REST API answers, stopped (SIGTERM, then SIGKILL) when we are done. Used by the robot node
+(robot:=reachy_mini_sim), the tests, the render command and the bench."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+class DaemonError(RuntimeError):
+    """The daemon could not be started or did not answer."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def daemon_executable() -> str | None:
+    """The daemon's console script next to this interpreter (the venv), else on PATH."""
+    here = Path(sys.executable).parent / "reachy-mini-daemon"
+    return str(here) if here.exists() else shutil.which("reachy-mini-daemon")
+
+
+def get_json(host: str, port: int, path: str, timeout: float = 1.0):
+    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def post_json(host: str, port: int, path: str, body: dict | None = None, timeout: float = 2.0):
+    req = urllib.request.Request(f"http://{host}:{port}{path}", data=json.dumps(body or {}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read() or b"null")
+
+
+class SimDaemon:
+    """One simulated Reachy Mini. `port=0` picks a free port. sleep_on_stop=False skips the daemon's ~5 s walk to
+    its sleep pose at exit (tests)."""
+
+    def __init__(self, port: int = 0, *, sleep_on_stop: bool = True, log_path: str | os.PathLike | None = None,
+                 extra_args: tuple[str, ...] = ()):
+        self.host, self.port = "127.0.0.1", port or free_port()
+        self.sleep_on_stop = sleep_on_stop
+        self.log_path = Path(log_path) if log_path else None
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        exe = daemon_executable()
+        if exe is None:
+            raise DaemonError("reachy-mini-daemon is not installed (run scripts/setup_reachy_mini.sh)")
+        return [exe, "--sim", "--headless", "--no-media", "--dataset-update-interval", "0",
+                "--fastapi-port", str(self.port),
+                *([] if self.sleep_on_stop else ["--no-goto-sleep-on-stop"]), *self.extra_args]
+
+    def start(self, timeout: float = 60.0) -> SimDaemon:
+        # Telemetry off; MUJOCO_GL unset for the daemon, it renders nothing headless. os.environ is inherited
+        # whole: the ROS wheels re-exec Python with LD_LIBRARY_PATH set.
+        env = {**os.environ, "REACHY_MINI_TELEMETRY": "0"}
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self._out = out
+        # own process group: a Ctrl-C in our terminal reaches us, and we stop the daemon in order
+        self.proc = subprocess.Popen(self.command(), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise DaemonError(f"reachy-mini-daemon exited with status {self.proc.returncode}"
+                                  + (f" (log: {self.log_path})" if self.log_path else ""))
+            try:
+                get_json(self.host, self.port, "/api/state/full")
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise DaemonError(f"reachy-mini-daemon did not answer on port {self.port} within {timeout:.0f} s")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (the fault tests)."""
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        out = getattr(self, "_out", None)
+        if out not in (None, subprocess.DEVNULL):
+            out.close()
+
+    def __enter__(self) -> SimDaemon:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

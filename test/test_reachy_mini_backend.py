@@ -1,0 +1,123 @@
+"""The Reachy Mini backend without ROS: pose conversion, the safety envelope, the dances in our limits, our
+config against the SDK's MJCF (MuJoCo's own parser), and the link against the real MuJoCo daemon (read-back,
+a killed daemon noticed)."""
+from __future__ import annotations
+
+import math
+import time
+from importlib.resources import files
+
+import numpy as np
+import pytest
+import reachy_mini_fixtures
+
+from bolt_ros.robot import JOINT_NAMES, load_robot_config
+from bolt_ros.robot.reachy_mini.bridge import Envelope
+from bolt_ros.robot.reachy_mini.convert import from_sdk, rotation, to_sdk
+
+reachy_daemon_factory = reachy_mini_fixtures.reachy_daemon_factory
+reachy_mini = pytest.importorskip("reachy_mini", reason="scripts/setup_reachy_mini.sh installs the SDK")
+mujoco = pytest.importorskip("mujoco")
+
+CONFIG = load_robot_config()
+
+
+def pose(**joints) -> np.ndarray:
+    p = np.zeros(len(JOINT_NAMES))
+    for name, v in joints.items():
+        p[JOINT_NAMES.index(name)] = v
+    return p
+
+
+def test_our_pose_round_trips_through_the_sdk_convention():
+    from reachy_mini.utils import create_head_pose
+
+    rng = np.random.default_rng(0)
+    lower, upper, _ = CONFIG.limits.arrays()
+    for _ in range(200):
+        p = rng.uniform(lower, upper)
+        head, antennas, body = to_sdk(p)
+        np.testing.assert_allclose(from_sdk(head, antennas, body), p, atol=1e-9)
+    # the SDK's own helper agrees: +yaw looks left, +pitch looks down, world yaw = body + head (relative) yaw
+    p = pose(head_roll=0.1, head_pitch=0.2, head_yaw=0.3, body_yaw=0.4)
+    sdk = create_head_pose(roll=0.1, pitch=0.2, yaw=0.7, degrees=False)
+    np.testing.assert_allclose(to_sdk(p)[0], sdk, atol=1e-12)
+    np.testing.assert_allclose(rotation(0, 0, math.pi / 2) @ [1, 0, 0], [0, 1, 0], atol=1e-12)  # x -> y: left
+
+
+def test_envelope_never_lets_a_target_out():
+    env = Envelope(CONFIG, max_offset_m=0.04)
+    safe, offset, clipped = env.guard(pose(head_pitch=1.5, head_yaw=-3.0, antenna_left=9.0),
+                                      np.array([0.0, 0.1, -0.2]))
+    assert clipped == ["head_pitch", "head_yaw", "antenna_left", "head_offset"]
+    lower, upper, _ = CONFIG.limits.arrays()
+    assert np.all(safe >= lower) and np.all(safe <= upper) and np.all(np.abs(offset) <= 0.04)
+    assert env.guard(pose(head_yaw=0.5), None)[2] == []
+
+
+def test_dances_are_sampled_inside_our_limits():
+    from bolt_ros.robot.reachy_mini.dances import DanceMoves
+
+    moves = DanceMoves(CONFIG, max_offset_m=0.04)
+    entries = moves.entries()
+    assert len(entries) == 20 and all(2.0 < e.duration < 6.0 for e in entries)
+    lower, upper, _ = CONFIG.limits.arrays()
+    start = pose(body_yaw=0.5, head_yaw=-0.8)
+    for e in entries:
+        traj = e.build(start, 1.0)
+        np.testing.assert_allclose(traj.sample(0.0)[0], start)  # starts where the robot is: no jump
+        for t in np.linspace(0, traj.duration, 60):
+            p, _ = traj.sample(t)
+            assert np.all(p >= lower - 1e-12) and np.all(p <= upper + 1e-12), (e.name, t)
+            assert p[JOINT_NAMES.index("body_yaw")] == pytest.approx(0.5)  # dances do not turn the body
+            assert np.all(np.abs(traj.offset(t)) <= 0.04)
+
+
+def test_config_limits_match_the_real_robot_mjcf():
+    """Our limits against the SDK's MJCF, parsed by MuJoCo: the body's range, the antennas' sign (the SDK's sleep pose
+    is our sleep animation's end), the head within the robot's yaw gap and pitch/roll reach."""
+    from reachy_mini.reachy_mini import SLEEP_ANTENNAS_JOINT_POSITIONS
+
+    mjcf = files(reachy_mini).joinpath("descriptions/reachy_mini/mjcf/reachy_mini.xml")
+    model = mujoco.MjModel.from_xml_path(str(mjcf))
+    body = model.joint("yaw_body")
+    assert body.limited and body.range.tolist() == pytest.approx([CONFIG.limits.body_yaw.lower,
+                                                                  CONFIG.limits.body_yaw.upper], abs=1e-4)
+    for name in ("right_antenna", "left_antenna"):
+        assert model.joint(name).type == mujoco.mjtJoint.mjJNT_HINGE
+    assert {f"stewart_{i}" for i in range(1, 7)} <= {model.joint(i).name for i in range(model.njnt)}
+    lim = CONFIG.limits
+    assert -math.radians(65) <= lim.head_yaw.lower and lim.head_yaw.upper <= math.radians(65)
+    for j in (lim.head_pitch, lim.head_roll):
+        assert -math.radians(40) <= j.lower and j.upper <= math.radians(40)
+    right, left = SLEEP_ANTENNAS_JOINT_POSITIONS
+    assert lim.antenna_right.lower <= right <= lim.antenna_right.upper
+    assert lim.antenna_left.lower <= left <= lim.antenna_left.upper
+    end = CONFIG.animation("sleep").keyframes[-1].pose
+    assert (end["antenna_right"], end["antenna_left"]) == pytest.approx((right, left))
+
+
+def test_link_reads_back_and_notices_a_killed_daemon(reachy_daemon_factory):
+    from bolt_ros.robot.reachy_mini.link import ReachyLink
+
+    daemon = reachy_daemon_factory()
+    link = ReachyLink(daemon.host, daemon.port, stale_after_s=0.5).start()
+    try:
+        deadline = time.monotonic() + 15
+        while link.measured() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        start = link.measured().pose
+        target = pose(head_yaw=0.4, antenna_right=0.5)
+        for k in range(1, 41):  # 0.8 s ramp, as our trajectories stream it
+            link.send(start + (target - start) * k / 40)
+            time.sleep(0.02)
+        time.sleep(0.6)
+        assert np.max(np.abs(link.measured().pose - target)) < 0.05
+        daemon.kill()
+        t0 = time.monotonic()
+        while link.measured() is not None and time.monotonic() - t0 < 3:
+            time.sleep(0.02)
+        assert not link.connected and "stopped answering" in link.error
+        assert time.monotonic() - t0 < 1.5
+    finally:
+        link.close()
