@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -29,7 +29,9 @@ class GraphArgs(BaseModel):
     backend: str = ""           # overrides backend.kind: embedded | openai | scripted
     base_url: str = ""          # overrides backend.base_url (openai)
     device: str = ""            # overrides backend.device (embedded): auto | cpu | cuda | cuda:N
-    use_sim_robot: bool = True
+    use_sim_robot: bool = True  # start the robot node chosen by `robot`
+    robot: Literal["sim", "reachy_mini_sim", "reachy_mini"] = "sim"  # ours | Reachy Mini in MuJoCo | a real one
+    host: str = ""              # reachy_mini: the daemon, host[:port] ("" = reachy-mini.local:8000); sim: :port
     use_caption_bridge: bool = True
     namespace: str = ""
 
@@ -68,12 +70,25 @@ def describe_graph(args: GraphArgs) -> list[ProcessSpec]:
         raise ValueError(f"{config}: invalid assistant parameters:\n{e}") from None
     procs = [ProcessSpec("assistant", "assistant_node", "bolt_ros.nodes.assistant_node:make_nodes", params)]
     if args.use_sim_robot:
-        robot = args.robot_config or str(package_file("config/robot.yaml"))
-        procs.append(ProcessSpec("sim_robot", "sim_robot", "bolt_ros.nodes.sim_robot_nodes:make_sim_robot_nodes",
-                                 {"robot_config": robot}))
+        procs.append(robot_process(args))
     if args.use_caption_bridge:
         procs.append(ProcessSpec("caption_bridge", "caption_bridge", "bolt_ros.nodes.caption_bridge:CaptionBridge"))
     return procs
+
+
+def robot_process(args: GraphArgs) -> ProcessSpec:
+    """The robot's process for `robot:=` (also launch/gazebo.launch.py's)."""
+    robot = args.robot_config or str(package_file("config/robot.yaml"))
+    if args.robot == "sim":
+        return ProcessSpec("sim_robot", "sim_robot", "bolt_ros.nodes.sim_robot_nodes:make_sim_robot_nodes",
+                           {"robot_config": robot})
+    params: dict[str, Any] = {"robot_config": robot, "mode": "sim" if args.robot == "reachy_mini_sim" else "real"}
+    host, _, port = args.host.rpartition(":") if ":" in args.host else (args.host, "", "")
+    if host:
+        params["host"] = host
+    if port:
+        params["port"] = int(port)
+    return ProcessSpec("reachy_mini", "reachy_mini", "bolt_ros.nodes.reachy_mini_nodes:make_reachy_mini_nodes", params)
 
 
 def instantiate(spec: ProcessSpec, **node_kwargs) -> list:

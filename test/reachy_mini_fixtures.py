@@ -9,6 +9,10 @@ import pytest
 
 from bolt_ros.robot.reachy_mini.daemon import SimDaemon
 
+# MuJoCo picks its OpenGL platform when it is first imported: offscreen EGL (Mesa) for the render tests, set before
+# any test module imports mujoco
+os.environ.setdefault("MUJOCO_GL", "egl")
+
 
 @pytest.fixture
 def reachy_daemon_factory():

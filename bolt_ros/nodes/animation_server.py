@@ -14,8 +14,9 @@ from rclpy.node import Node
 from bolt_ros.action import PlayAnimation
 from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, declare_config, run_nodes
 from bolt_ros.nodes.goal_runner import GoalRunner
+from bolt_ros.nodes.robot_node import RobotNode
 from bolt_ros.nodes.sim_robot import SimRobot, SimRobotConfig
-from bolt_ros.robot import CANCELLED, FINISHED, Motion, animation_duration, build_animation
+from bolt_ros.robot import CANCELLED, FINISHED, Motion
 from bolt_ros.srv import ListAnimations
 
 
@@ -28,13 +29,12 @@ class AnimationServerConfig(BaseModel):
 
 
 class AnimationServer(Node):
-    def __init__(self, sim: SimRobot, config: AnimationServerConfig | None = None, **node_kwargs):
+    def __init__(self, sim: RobotNode, config: AnimationServerConfig | None = None, **node_kwargs):
         super().__init__(node_kwargs.pop("node_name", "animation_server"), **node_kwargs)
         self.config = declare_config(self, config or AnimationServerConfig())
-        self._robot = sim.robot
+        self._library = sim.library
         self._controller = sim.controller
         self._runner = GoalRunner(sim, self, self.config.feedback_rate_hz)
-        self._durations = {a.name: animation_duration(a, self._robot) for a in self._robot.animations}
         self._lock = threading.Lock()
         self._queue: deque[ServerGoalHandle] = deque()
         self._running: ServerGoalHandle | None = None
@@ -44,7 +44,7 @@ class AnimationServer(Node):
             goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
             cancel_callback=self._on_cancel, result_timeout=ACTION_RESULT_TIMEOUT_S, callback_group=group)
         self._service = self.create_service(ListAnimations, self.config.list_service, self._list, callback_group=group)
-        self.get_logger().info(f"{len(self._durations)} animations: {', '.join(self._durations)}")
+        self.get_logger().info(f"{len(self._library.entries)} animations: {', '.join(self._library.names())}")
 
     def close(self) -> None:
         self._runner.close()
@@ -87,9 +87,10 @@ class AnimationServer(Node):
         return CancelResponse.ACCEPT
 
     def _list(self, _request, response: ListAnimations.Response) -> ListAnimations.Response:
-        response.names = [a.name for a in self._robot.animations]
-        response.descriptions = [a.description for a in self._robot.animations]
-        response.durations = [float(self._durations[a.name]) for a in self._robot.animations]
+        entries = list(self._library.entries.values())
+        response.names = [e.name for e in entries]
+        response.descriptions = [e.description for e in entries]
+        response.durations = [float(e.duration) for e in entries]
         return response
 
     async def _execute(self, goal_handle: ServerGoalHandle) -> PlayAnimation.Result:
@@ -105,14 +106,13 @@ class AnimationServer(Node):
         req = goal_handle.request
         if goal_handle.is_cancel_requested:
             return _finish(goal_handle, "canceled", "cancelled before it started")
-        anim = self._robot.animation(req.name)
+        anim = self._library.get(req.name)
         if anim is None:
-            msg = f"unknown animation {req.name!r}; available: {', '.join(self._durations)}"
+            msg = f"unknown animation {req.name!r}; available: {', '.join(self._library.names())}"
             self.get_logger().warning(msg)
             return _finish(goal_handle, "abort", msg)
         try:
-            motion = self._controller.start(lambda pose: build_animation(anim, pose, self._robot, req.speed),
-                                            f"animation {req.name!r}")
+            motion = self._controller.start(lambda pose: anim.build(pose, req.speed), f"animation {req.name!r}")
         except ValueError as e:
             self.get_logger().warning(f"play_animation {req.name!r} refused: {e}")
             return _finish(goal_handle, "abort", str(e))

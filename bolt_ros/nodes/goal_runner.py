@@ -1,5 +1,5 @@
-"""Running action goals on the simulated robot: feedback at a fixed rate, cancels, shutdown (shared by the animation
-and motion servers)."""
+"""Running action goals on a robot node (robot_node.RobotNode): feedback at a fixed rate, cancels, shutdown
+(shared by the animation and motion servers)."""
 from __future__ import annotations
 
 import threading
@@ -12,7 +12,7 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from bolt_ros.nodes.common import wake_on_done
-from bolt_ros.nodes.sim_robot import SimRobot
+from bolt_ros.nodes.robot_node import RobotNode
 from bolt_ros.robot import CANCELLED, Motion
 
 
@@ -33,8 +33,9 @@ class GoalRunner:
     servers' execute callbacks are coroutines awaiting `follow`, so no executor thread blocks while a robot moves
     and the nodes run on a single-threaded executor."""
 
-    def __init__(self, sim: SimRobot, node: Node, feedback_rate_hz: float):
+    def __init__(self, sim: RobotNode, node: Node, feedback_rate_hz: float):
         self.controller = sim.controller
+        self._robot = sim
         self.feedback_period = 1.0 / feedback_rate_hz
         self.closed = threading.Event()
         self._node = node
@@ -71,6 +72,8 @@ class GoalRunner:
         now = self.controller.now()
         for key, f in goals:
             if f.motion.done.is_set():
+                if not self._robot.settled(f.motion):  # a real robot still catching up with the command
+                    continue
                 outcome = f.motion.outcome
             elif f.goal_handle.is_cancel_requested or self.closed.is_set() or not f.goal_handle.is_active:
                 self.controller.cancel(f.motion, "cancel requested")

@@ -14,6 +14,7 @@ from rclpy.node import Node
 from bolt_ros.action import GotoPose
 from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, declare_config, run_nodes
 from bolt_ros.nodes.goal_runner import GoalRunner
+from bolt_ros.nodes.robot_node import RobotNode
 from bolt_ros.nodes.sim_robot import SimRobot, SimRobotConfig, msg_to_pose, pose_to_msg
 from bolt_ros.robot import CANCELLED, FINISHED, LimitError, Motion, plan_goto
 
@@ -33,11 +34,12 @@ class _Superseded(Exception):
 
 
 class MotionServer(Node):
-    def __init__(self, sim: SimRobot, config: MotionServerConfig | None = None, **node_kwargs):
+    def __init__(self, sim: RobotNode, config: MotionServerConfig | None = None, **node_kwargs):
         super().__init__(node_kwargs.pop("node_name", "motion_server"), **node_kwargs)
         self.config = declare_config(self, config or MotionServerConfig())
         self._robot = sim.robot
         self._controller = sim.controller
+        self._sim = sim
         self._limit_mode = self.config.limit_mode or self._robot.limit_mode
         self._runner = GoalRunner(sim, self, self.config.feedback_rate_hz)
         self._lock = threading.Lock()
@@ -116,7 +118,7 @@ class MotionServer(Node):
     def _finish(self, goal_handle: ServerGoalHandle, how: str, message: str) -> GotoPose.Result:
         if goal_handle.is_active:
             getattr(goal_handle, how)()
-        reached, _ = self._controller.state()
+        reached = self._sim.reached()  # read back from the robot where there is one
         return GotoPose.Result(success=how == "succeed", message=message, reached=pose_to_msg(reached))
 
 

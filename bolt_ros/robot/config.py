@@ -43,13 +43,15 @@ class JointLimit(_Strict):
 
 
 class JointLimits(_Strict):
-    # Reachy Mini's head is a Stewart platform; these are the reachable ranges of its roll/pitch/yaw, rounded.
+    # Reachy Mini's head is a Stewart platform; these are the real robot's ranges (config/robot.yaml says where each
+    # comes from): roll/pitch inside its ~40 deg reach, head yaw relative to the body within its 65 deg gap, the
+    # body's +-160 deg, antennas past the SDK's sleep pose (+-3.05).
     head_roll: JointLimit = JointLimit(lower=-0.6, upper=0.6, max_velocity=3.0)
     head_pitch: JointLimit = JointLimit(lower=-0.6, upper=0.6, max_velocity=3.0)
-    head_yaw: JointLimit = JointLimit(lower=-1.2, upper=1.2, max_velocity=4.0)
-    antenna_right: JointLimit = JointLimit(lower=-3.0, upper=3.0, max_velocity=10.0)
-    antenna_left: JointLimit = JointLimit(lower=-3.0, upper=3.0, max_velocity=10.0)
-    body_yaw: JointLimit = JointLimit(lower=-2.8, upper=2.8, max_velocity=2.0)
+    head_yaw: JointLimit = JointLimit(lower=-1.1344, upper=1.1344, max_velocity=4.0)
+    antenna_right: JointLimit = JointLimit(lower=-3.1, upper=3.1, max_velocity=10.0)
+    antenna_left: JointLimit = JointLimit(lower=-3.1, upper=3.1, max_velocity=10.0)
+    body_yaw: JointLimit = JointLimit(lower=-2.7925, upper=2.7925, max_velocity=2.0)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(lower, upper, max_velocity), each [n_joints] in JOINT_NAMES order."""

@@ -85,7 +85,7 @@ class ReachyBridge:
         if measured is None:
             motion = self.controller.current()
             if motion is not None:
-                self.controller.abort(f"aborted: {self.link.error or 'lost the robot'}")
+                self.controller.abort(f"aborted: {self.link.lost_reason or self.link.error}")
             self._last_sent = None
             return None
         if self.link.generation != self._generation:  # a fresh connection: command from where the robot is

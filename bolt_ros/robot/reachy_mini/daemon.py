@@ -25,6 +25,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_free(port: int) -> bool:
+    """No one listens on it (connections of a dead daemon in TIME_WAIT do not count, as for uvicorn's bind)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def daemon_executable() -> str | None:
     """The daemon's console script next to this interpreter (the venv), else on PATH."""
     here = Path(sys.executable).parent / "reachy-mini-daemon"
@@ -64,6 +75,8 @@ class SimDaemon:
                 *([] if self.sleep_on_stop else ["--no-goto-sleep-on-stop"]), *self.extra_args]
 
     def start(self, timeout: float = 60.0) -> SimDaemon:
+        if not port_free(self.port):  # else we would wait for, and then drive, whoever holds it
+            raise DaemonError(f"port {self.port} is in use (another reachy-mini-daemon?); choose another port")
         # Telemetry off; MUJOCO_GL unset for the daemon, it renders nothing headless. os.environ is inherited
         # whole: the ROS wheels re-exec Python with LD_LIBRARY_PATH set.
         env = {**os.environ, "REACHY_MINI_TELEMETRY": "0"}
@@ -93,9 +106,12 @@ class SimDaemon:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL, as a crash would (the fault tests)."""
-        if self.alive():
-            self.proc.kill()
+        """SIGKILL to its process group, as a crash would (the fault tests)."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: the group is the daemon and its children
+            except ProcessLookupError:
+                pass
             self.proc.wait()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -104,7 +120,8 @@ class SimDaemon:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.kill()
+                pass
+        self.kill()  # whatever of its group is left
         out = getattr(self, "_out", None)
         if out not in (None, subprocess.DEVNULL):
             out.close()

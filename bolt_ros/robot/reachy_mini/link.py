@@ -33,7 +33,8 @@ class ReachyLink:
         self.host, self.port = host, port
         self.connect_timeout_s, self.stale_after_s, self.retry_s = connect_timeout_s, stale_after_s, retry_s
         self.log = log
-        self.error = "not connected yet"  # why there is no robot, for goal results
+        self.error = "not connected yet"  # why there is no robot now, for refused goals
+        self.lost_reason = ""  # how the last connection ended, for the goal it aborted
         self.generation = 0  # +1 at every (re)connection: the bridge re-syncs its command to the measured pose
         self._mini = None
         self._lock = threading.Lock()
@@ -95,7 +96,7 @@ class ReachyLink:
         with self._lock:
             if self._mini is None:
                 return
-            self.error = why
+            self.error = self.lost_reason = why
             self._mini = None
         self.log(why)
         self._lost.set()
@@ -114,7 +115,7 @@ class ReachyLink:
                 mini = self._connect()
             except Exception as e:  # ConnectionError, TimeoutError, ...: not there (yet); try again
                 self.error = (f"cannot reach the Reachy Mini daemon at {self.host}:{self.port} "
-                              f"({type(e).__name__}: {e}); retrying every {self.retry_s:.0f} s")
+                              f"({type(e).__name__}: {e}); retrying every {self.retry_s:g} s")
                 self._closed.wait(self.retry_s)
                 continue
             with self._lock:
