@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs, console = parse(sys.argv[1:] if argv is None else argv)
     try:
         args = parse_arguments(pairs)
+        args = _voice_devices_or_text(args, console)
         procs = describe_graph(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -71,6 +72,23 @@ def main(argv: list[str] | None = None) -> int:
         rclpy.try_shutdown()
     print("bringup: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _voice_devices_or_text(args, console: bool):
+    """voice:=true with audio:=device needs a microphone and a speaker: without them, say so and keep to text (with
+    --console), or stop (without it, there would be no way to talk at all)."""
+    if not (args.voice and args.audio == "device"):
+        return args
+    from bolt_ros.voice.devices import DeviceError, check_device
+    try:
+        names = check_device("input"), check_device("output")
+    except DeviceError as e:
+        if not console:
+            raise ValueError(f"voice:=true: {e}") from None
+        print(f"voice: {e}\nvoice: off; type to the robot instead", file=sys.stderr, flush=True)
+        return args.model_copy(update={"voice": False})
+    print(f"voice: microphone {names[0]!r}, speaker {names[1]!r}", file=sys.stderr, flush=True)
+    return args
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ class Console(Node):
         self._transcript = self.create_publisher(String, transcript, 10)
         self._caption = self.create_publisher(Caption, caption, 10)
         self.create_subscription(String, tts, lambda m: self.show(f"Bolt: {m.data}"), 10)
+        # what speech_recognizer heard (voice:=true); the console's own typed lines come back here too
+        self._typed: list[str] = []
+        self.create_subscription(String, transcript, self._on_transcript, 10)
         self.create_subscription(AssistantEvent, events, self._on_event, 100)
         self.create_subscription(JointState, joint_states, self._on_joints, 10)
         self._last_pose: list[float] | None = None
@@ -69,6 +72,7 @@ class Console(Node):
             self._caption.publish(msg)
             self.show(f"[camera] {msg.text}")
         elif text:
+            self._typed = [*self._typed[-7:], text]
             self._transcript.publish(String(data=text))
         return True
 
@@ -80,6 +84,12 @@ class Console(Node):
             else:
                 self.out.write(line + "\n")
             self.out.flush()
+
+    def _on_transcript(self, msg: String) -> None:
+        if msg.data in self._typed:
+            self._typed.remove(msg.data)
+        else:
+            self.show(f"you (voice): {msg.data}")
 
     def _on_event(self, ev: AssistantEvent) -> None:
         if ev.type == AssistantEvent.TOOL_CALL:

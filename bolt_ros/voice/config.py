@@ -21,7 +21,8 @@ class VadConfig(_Strict):
     pause_ms: int = Field(160, ge=0)                     # silence after which the ASR starts speculatively
     end_of_turn_ms: int = Field(400, gt=0)               # silence that ends the person's turn
     max_utterance_s: float = Field(20.0, gt=0.0)         # longer speech is cut into turns of this length
-    pre_roll_ms: int = Field(192, ge=0)                  # audio kept before the onset (soft word starts)
+    pre_roll_ms: int = Field(320, ge=0)                  # audio kept before the onset (soft word starts, and
+                                                         # starts the echo gate held back while the robot spoke)
 
 
 class EchoConfig(_Strict):

@@ -1,11 +1,15 @@
 """The robot's own voice in its microphone: a gate that knows what was played and when.
 
-Without an echo-cancelling board the mic hears the speaker. The played audio is the reference: a mic frame counts
-as possible speech only if it is louder than the loudest echo the reference could cause at that moment (the
-reference's level over the last `max_delay_ms`, less the echo path's `return_loss_db`) by `margin_db`. Energy
-gating, not subtraction: it needs no estimate of the room's impulse response, so it holds for any delay up to
-`max_delay_ms` and for reverberant rooms; the price is that a barge-in must be louder than the robot's echo, which a
-person speaking to the robot is.
+Without an echo-cancelling board the mic hears the speaker. The played audio is the reference, kept as levels on a
+32 ms frame grid. A mic frame counts as possible speech only if it is louder than the echo the reference can explain
+by `margin_db`. The echo path is learned from the levels themselves while the robot speaks: the delay is the lag at
+which the mic's level envelope follows the reference's best, the return loss the median level difference at that
+lag (a median, so a person talking now and then does not move it). Until 1.5 s of playback have been heard, and
+whenever the learned path stops explaining the mic, the gate falls back on the conservative prior: the loudest
+reference frame of the last `max_delay_ms + tail_ms`, less `return_loss_db`.
+
+Level gating, not subtraction: it needs no impulse response, holds in reverberant rooms, and a barge-in only has to be
+louder than the robot's echo at that moment, which a person talking to a robot is.
 """
 from __future__ import annotations
 
@@ -19,39 +23,100 @@ from bolt_ros.voice.config import EchoConfig
 from bolt_ros.voice.vad import FRAME, FRAME_S
 
 SILENT_DB = -120.0
+QUIET_DB = -60.0             # reference frames below this say nothing about the echo path
+LEARN_AFTER = 48             # mic frames heard during playback before the path is estimated (1.5 s)
+LEARN_EVERY = 16             # ... and re-estimated every 0.5 s
+HISTORY = 160                # frames of mic/reference pairs the estimate looks at (~5 s)
+MIN_CORRELATION = 0.5        # a lag that explains the mic less well than this is no estimate
 
 
 class EchoGate:
     def __init__(self, cfg: EchoConfig, keep_s: float = 10.0):
         self.cfg = cfg
         self._lock = threading.Lock()   # the reference arrives on the executor, the mic on the audio thread
-        self._ref: deque[tuple[float, float]] = deque(maxlen=max(1, int(keep_s / FRAME_S)))  # (t_end, level dB)
+        self._ref: dict[int, float] = {}                 # frame index (t / FRAME_S) -> level dB
+        self._order: deque[int] = deque()
+        self._keep = max(1, int(keep_s / FRAME_S))
         self._t_last_ref = -1e18
+        self._mic: deque[tuple[int, float]] = deque(maxlen=HISTORY)   # mic frames heard during playback
+        self._since_fit = 0
+        self.lag: int | None = None      # learned delay, frames
+        self.erl_db = 0.0                # learned return loss at that delay
 
+    # ---- the reference ---------------------------------------------------------------------------------------
     def add_reference(self, x: np.ndarray, t_start: float) -> None:
         """Played audio (16 kHz float) whose first sample left the speaker at t_start."""
         with self._lock:
             for i in range(0, len(x), FRAME):
                 block = x[i:i + FRAME]
-                t_end = t_start + (i + len(block)) / (FRAME / FRAME_S)
-                self._ref.append((t_end, level_db(block)))
+                t_end = t_start + (i + len(block)) * FRAME_S / FRAME
+                k = _frame(t_end)
+                if k not in self._ref:
+                    self._order.append(k)
+                self._ref[k] = max(self._ref.get(k, SILENT_DB), level_db(block))
                 self._t_last_ref = max(self._t_last_ref, t_end)
+            while len(self._order) > self._keep:
+                self._ref.pop(self._order.popleft(), None)
 
     def robot_speaking(self, t: float) -> bool:
         """Whether the mic can still hear the robot at time t (playback plus the room's tail)."""
         with self._lock:
-            return self._t_last_ref + (self.cfg.max_delay_ms + self.cfg.tail_ms) / 1000 >= t and bool(self._ref)
+            return bool(self._ref) and self._t_last_ref + (self.cfg.max_delay_ms + self.cfg.tail_ms) / 1000 >= t
+
+    # ---- the mic ---------------------------------------------------------------------------------------------
+    def is_echo(self, frame: np.ndarray, t_end: float) -> bool:
+        """True when the frame can be explained by the robot's own voice (so it must not count as speech)."""
+        if not self.cfg.enabled or not self.robot_speaking(t_end):
+            return False
+        level, k = level_db(frame), _frame(t_end)
+        with self._lock:
+            self._learn(k, level)
+            expected = self._expected(k)
+        return expected > SILENT_DB and level < expected + self.cfg.margin_db
 
     def expected_echo_db(self, t_end: float) -> float:
         """The loudest echo a mic frame ending at t_end may hold."""
-        lo = t_end - FRAME_S - (self.cfg.max_delay_ms + self.cfg.tail_ms) / 1000
         with self._lock:
-            levels = [db for t, db in self._ref if lo <= t <= t_end + FRAME_S]
-        return max(levels) - self.cfg.return_loss_db if levels else SILENT_DB
+            return self._expected(_frame(t_end))
 
-    def is_echo(self, frame: np.ndarray, t_end: float) -> bool:
-        """True when the frame can be explained by the robot's own voice (so it must not count as speech)."""
-        if not self.cfg.enabled:
-            return False
-        expected = self.expected_echo_db(t_end)
-        return expected > SILENT_DB and level_db(frame) < expected + self.cfg.margin_db
+    def _expected(self, k: int) -> float:
+        if self.lag is None:
+            return self._prior(k)
+        return self._aligned(k, self.lag) - self.erl_db
+
+    def _prior(self, k: int) -> float:
+        span = int((self.cfg.max_delay_ms + self.cfg.tail_ms) / 1000 / FRAME_S) + 1
+        levels = [self._ref.get(j, SILENT_DB) for j in range(k - span, k + 2)]
+        return max(levels) - self.cfg.return_loss_db
+
+    def _aligned(self, k: int, lag: int) -> float:
+        """The reference level that reaches the mic at frame k through a path of `lag` frames: the frame itself and
+        its neighbours (the delay is not a whole number of frames), then the room's tail decaying over tail_ms."""
+        decay = 60.0 / max(self.cfg.tail_ms / 1000, FRAME_S) * FRAME_S    # dB per frame (tail_ms ~ RT60)
+        best = SILENT_DB
+        for j in range(-1, int(self.cfg.tail_ms / 1000 / FRAME_S) + 2):
+            best = max(best, self._ref.get(k - lag - j, SILENT_DB) - decay * max(0, j - 1))
+        return best
+
+    def _learn(self, k: int, level: float) -> None:
+        self._mic.append((k, level))
+        self._since_fit += 1
+        if len(self._mic) < LEARN_AFTER or self._since_fit < LEARN_EVERY:
+            return
+        self._since_fit = 0
+        mic = np.array([m for _, m in self._mic])
+        best = (MIN_CORRELATION, None, 0.0)
+        for lag in range(int(self.cfg.max_delay_ms / 1000 / FRAME_S) + 2):
+            ref = np.array([self._aligned(kk, lag) for kk, _ in self._mic])
+            live = ref > QUIET_DB
+            if live.sum() < LEARN_AFTER // 2 or np.std(ref[live]) < 1e-3 or np.std(mic[live]) < 1e-3:
+                continue
+            r = float(np.corrcoef(ref[live], mic[live])[0, 1])
+            if r > best[0]:
+                best = (r, lag, float(np.median(ref[live] - mic[live])))
+        _, self.lag, erl = best
+        self.erl_db = max(0.0, erl)
+
+
+def _frame(t: float) -> int:
+    return round(t / FRAME_S)

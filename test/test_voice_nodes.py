@@ -1,0 +1,250 @@
+"""The voice nodes in a real rclpy graph with the assistant (scripted backend) on the simulated robot:
+a WAV of a person becomes a transcript, a tool call and motion, and the reply's audio says what the assistant wrote;
+the person speaking over the robot's own voice (through a simulated echo path) stops speech, generation and motion;
+garbage audio gives errors or nothing, and the nodes keep working."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import wait_for
+from std_msgs.msg import String
+from test_assistant_fixtures import start
+from test_voice import speech, word_errors, words
+
+from bolt_ros.voice.audio import MODEL_RATE, Pcm, resample, to_float, to_int16, write_wav
+from bolt_ros.voice.config import AsrConfig, RecognizerConfig, SynthesizerConfig
+
+pytest.importorskip("faster_whisper", reason="the voice stack: bash scripts/setup_voice.sh")
+from bolt_ros.msg import AudioChunk, AudioEvent
+
+LOOK = {"name": "move_head", "arguments": {"yaw": 30, "pitch": 0, "duration": 0.5}}
+SCRIPT = [
+    {"match": "left", "reply": [{"text": "Looking to my left. "}, {"tool_call": LOOK}],
+     "after_tool": [{"text": "I see a chair there."}]},
+    # speech and a long motion at once: the first sentence plays while the dance runs
+    {"match": "dance", "reply": [{"text": "Watch me, this is my favourite dance of all, I learned it from a friend. "},
+                                 {"tool_call": {"name": "play_animation", "arguments": {"name": "dance"}}}],
+     "after_tool": [{"text": "Once upon a time a little robot lived in a quiet workshop by the sea."}]},
+]
+
+
+@pytest.fixture(scope="module")
+def models():
+    from bolt_ros.voice.asr import Transcriber
+    from bolt_ros.voice.tts import EspeakTts, PiperTts
+    return {"asr": Transcriber(AsrConfig()), "piper": PiperTts(), "espeak": EspeakTts()}
+
+
+class VoiceProbe:
+    """Records speech/events, speech/transcript, audio/out and speech/turn_stats; publishes audio/in."""
+
+    def __init__(self, ros):
+        from bolt_ros.msg import AudioTurnStats
+        self.node = ros.node("voice_probe")
+        self.events, self.transcripts, self.played, self.stats = [], [], [], []
+        self.node.create_subscription(AudioEvent, "speech/events", lambda m: self.events.append((time.time(), m)), 100)
+        self.node.create_subscription(String, "speech/transcript", lambda m: self.transcripts.append(m.data), 10)
+        self.node.create_subscription(AudioChunk, "audio/out", self.played.append, 500)
+        self.node.create_subscription(AudioTurnStats, "speech/turn_stats", self.stats.append, 10)
+        self.mic = self.node.create_publisher(AudioChunk, "audio/in", 200)
+
+    def of(self, kind: int) -> list[tuple[float, AudioEvent]]:
+        return [(t, m) for t, m in self.events if m.type == kind]
+
+    def played_audio(self) -> np.ndarray:
+        """Everything the robot played, as 16 kHz float."""
+        x = np.concatenate([np.frombuffer(m.data, dtype=np.int16) for m in self.played])
+        return resample(to_float(Pcm(x, self.played[0].sample_rate)), self.played[0].sample_rate)
+
+
+def voice_nodes(ros, models, tmp_path=None, wav=None, **recognizer):
+    from bolt_ros.nodes.speech_recognizer import SpeechRecognizer
+    from bolt_ros.nodes.speech_synthesizer import SpeechSynthesizer
+    synth = ros.add(SpeechSynthesizer(SynthesizerConfig(), tts=models["piper"], context=ros.context))
+    cfg = RecognizerConfig(source="wav", wav_path=str(wav), **recognizer) if wav else RecognizerConfig(**recognizer)
+    rec = ros.add(SpeechRecognizer(cfg, transcriber=models["asr"], context=ros.context))
+    return rec, synth
+
+
+def test_a_spoken_request_moves_the_robot_and_its_spoken_reply_says_what_it_wrote(ros, models, tmp_path):
+    _, _, probe = start(ros, SCRIPT)
+    voice = VoiceProbe(ros)
+    said = np.concatenate([np.zeros(8000, np.float32), speech(models, "espeak", "Please look to your left."),
+                           np.zeros(16000, np.float32)])
+    wav = tmp_path / "request.wav"
+    write_wav(wav, Pcm(to_int16(said), MODEL_RATE))
+    voice_nodes(ros, models, wav=wav)
+    wait_for(lambda: voice.transcripts, timeout=20, what="a transcript of the WAV")
+    assert word_errors("Please look to your left.", voice.transcripts[0]) <= 1, voice.transcripts
+    wait_for(lambda: len(probe.spoken()) >= 2, timeout=20, what="the spoken reply")
+    wait_for(lambda: abs(probe.head_yaw() - np.radians(30)) < 0.01, what="head_yaw at 30 deg")
+    wait_for(lambda: len(voice.of(AudioEvent.PLAYBACK_END)) >= 2, timeout=30, what="both sentences played")
+    heard = models["asr"].transcribe(voice.played_audio())
+    assert word_errors(" ".join(probe.spoken()), heard) <= 2, (probe.spoken(), heard)
+    # the turn's latency stages were published, in their order
+    wait_for(lambda: voice.stats, what="turn stats")
+    s = voice.stats[0]
+    assert 0 < s.end_of_turn_ms <= s.transcript_ms <= s.first_sentence_ms <= s.first_audio_ms
+    assert s.first_token_ms > 0 and s.transcript == voice.transcripts[0]
+
+
+class Room:
+    """The air between the robot's speaker and its mic: audio/out comes back on audio/in delayed and attenuated,
+    with a person's voice mixed in when `say` is called. Runs in real time in 32 ms blocks."""
+
+    def __init__(self, probe: VoiceProbe, delay_s: float = 0.12, gain: float = 0.35):
+        self.probe, self.delay_s, self.gain = probe, delay_s, gain
+        self.t0 = time.time()
+        self.buf = np.zeros(120 * MODEL_RATE, np.float32)    # the room's sound from t0 on
+        self._seen = 0
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _index(self, t: float) -> int:
+        return int((t - self.t0) * MODEL_RATE)
+
+    def add(self, x: np.ndarray, t: float, gain: float) -> None:
+        i = self._index(t)
+        n = min(len(x), len(self.buf) - i)
+        if i >= 0 and n > 0:
+            self.buf[i:i + n] += gain * x[:n]
+
+    def say(self, x: np.ndarray, in_s: float = 0.1) -> float:
+        t = time.time() + in_s
+        self.add(x, t, 1.0)
+        return t
+
+    def _run(self) -> None:
+        from bolt_ros.nodes.speech_common import chunk_msg
+        block, t = 512, self.t0
+        while not self.stop.is_set():
+            for m in self.probe.played[self._seen:]:             # echo of what was played
+                x = resample(to_float(Pcm(np.frombuffer(m.data, dtype=np.int16), m.sample_rate)), m.sample_rate)
+                self.add(x, m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 + self.delay_s, self.gain)
+            self._seen = len(self.probe.played)
+            if (wait := t + block / MODEL_RATE + 0.03 - time.time()) > 0:   # 30 ms capture latency
+                time.sleep(wait)
+            i = self._index(t)
+            self.probe.mic.publish(chunk_msg(to_int16(self.buf[i:i + block]), MODEL_RATE, t))
+            t += block / MODEL_RATE
+
+
+def test_speaking_over_the_robot_stops_its_speech_generation_and_motion(ros, models):
+    from action_msgs.msg import GoalStatus, GoalStatusArray
+    assistant, _, probe = start(ros, SCRIPT)
+    voice = VoiceProbe(ros)
+    statuses = []
+    probe.node.create_subscription(GoalStatusArray, "play_animation/_action/status",
+                                   lambda m: statuses.extend(s.status for s in m.status_list), 50)
+    _, synth = voice_nodes(ros, models)
+    room = Room(voice)
+    try:
+        probe.say("Dance for me")
+        wait_for(lambda: voice.of(AudioEvent.PLAYBACK_START), timeout=20, what="the robot speaking")
+        wait_for(lambda: GoalStatus.STATUS_EXECUTING in statuses, what="the dance running")
+        time.sleep(1.0)   # the robot talks, the mic hears it: its own voice is no barge-in
+        assert not voice.of(AudioEvent.BARGE_IN) and not voice.of(AudioEvent.SPEECH_START)
+        person = speech(models, "espeak", "Stop, please.")
+        t_person = room.say(0.9 * person / np.abs(person).max())   # as loud at the mic as the robot is played
+        wait_for(lambda: voice.of(AudioEvent.BARGE_IN), timeout=5, what="a barge-in")
+        wait_for(lambda: voice.of(AudioEvent.PLAYBACK_STOPPED), what="speech stopped")
+        wait_for(lambda: GoalStatus.STATUS_CANCELED in statuses, what="the dance cancelled")
+        wait_for(lambda: assistant.latency["barge_in_stop"], what="the turn cancelled")
+        t_barge, t_stop = voice.of(AudioEvent.BARGE_IN)[0][0], voice.of(AudioEvent.PLAYBACK_STOPPED)[0][0]
+        assert t_barge > t_person
+        wait_for(lambda: len(voice.transcripts) >= 2, timeout=10, what="what the person said")  # [0]: typed
+        assert {"stop", "please"} & set(words(voice.transcripts[-1])), voice.transcripts
+        # nothing of the interrupted turn plays after the stop, and its story was never told
+        time.sleep(0.5)
+        assert not [m for m in voice.played if m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 > t_stop + 0.05]
+        assert not [t for t in probe.spoken() if "Once upon a time" in t]
+        print(f"barge-in: detected {1e3 * (t_barge - t_person):.0f} ms after the person started, playback stopped "
+              f"{1e3 * (t_stop - t_barge):.0f} ms after the barge-in")
+    finally:
+        room.stop.set()
+    assert synth.counts["stopped"] >= 1
+
+
+def test_garbage_audio_gives_errors_or_nothing_and_the_recognizer_keeps_working(ros, models):
+    from bolt_ros.nodes.speech_common import chunk_msg
+    voice = VoiceProbe(ros)
+    rec, _ = voice_nodes(ros, models)
+    wait_for(lambda: voice.mic.get_subscription_count(), what="recognizer subscribed")
+    t = time.time()
+    bad_rate = chunk_msg(np.zeros(512, np.int16), 16000, t)
+    bad_rate.sample_rate = 3
+    ragged = chunk_msg(np.zeros(513, np.int16), 16000, t)
+    ragged.channels = 2
+    for m in (bad_rate, ragged):
+        voice.mic.publish(m)
+    wait_for(lambda: len(voice.of(AudioEvent.ERROR)) >= 2, what="two error events")
+    assert "sample rate 3 Hz" in voice.of(AudioEvent.ERROR)[0][1].text
+    rng = np.random.default_rng(3)
+    noise = np.concatenate([np.zeros(16000), 0.3 * rng.standard_normal(3 * 16000), np.zeros(16000)])
+    loud = np.clip(speech(models, "piper", "Look up.") * 30, -1, 1)   # clipped speech at a 48 kHz rate
+    said = np.concatenate([np.zeros(8000), speech(models, "espeak", "Look to your right."), np.zeros(16000)])
+    t = time.time()
+    for x, rate in ((noise, 16000), (resample(loud, 16000, 48000), 48000), (said, 16000)):
+        x = to_int16(x)
+        step = rate * 32 // 1000
+        for i in range(0, len(x), step):
+            voice.mic.publish(chunk_msg(x[i:i + step], rate, t))
+            t += step / rate
+        wait_for(lambda: rec._queued_s < 0.5, timeout=30, what="the recognizer caught up")
+    wait_for(lambda: any("right" in s.lower() for s in voice.transcripts), timeout=30, what="the real request")
+    assert not [s for s in voice.transcripts if "right" not in s.lower() and "up" not in s.lower()], voice.transcripts
+    assert rec.counts["bad_blocks"] == 2
+
+
+def test_the_graph_adds_the_voice_nodes_for_device_or_robot_audio(tmp_path):
+    from bolt_ros.graph import describe_graph, parse_arguments
+    assert "speech_recognizer" not in [p.executable for p in describe_graph(parse_arguments({}))]
+    procs = {p.executable: p for p in describe_graph(parse_arguments({"voice": "true", "audio": "topic"}))}
+    rec, syn = procs["speech_recognizer"].parameters, procs["speech_synthesizer"].parameters
+    assert rec["source"] == "topic" and rec["topics.audio_in"] == "audio/in" and syn["output"] == "topic"
+    assert rec["vad.end_of_turn_ms"] == 400 and syn["voice"] == "piper"   # config/voice.yaml, complete
+    procs = {p.executable: p for p in describe_graph(parse_arguments({"voice": "true"}))}
+    assert procs["speech_recognizer"].parameters["source"] == "microphone"
+    assert procs["speech_synthesizer"].parameters["output"] == "speaker"
+    with pytest.raises(ValueError, match=r"audio:=.speakers."):
+        describe_graph(parse_arguments({"voice": "true", "audio": "speakers"}))
+    bad = tmp_path / "voice.yaml"
+    bad.write_text("speech_recognizer:\n  ros__parameters:\n    vad: {end_of_turn_ms: -5}\n")
+    with pytest.raises(ValueError, match="end_of_turn_ms"):
+        describe_graph(parse_arguments({"voice": "true", "voice_config": str(bad)}))
+
+
+def test_a_missing_audio_device_is_a_clear_error_and_the_node_is_not_left_half_built(ros, monkeypatch):
+    from bolt_ros.nodes.speech_recognizer import SpeechRecognizer
+    from bolt_ros.voice import devices
+
+    def no_device(kind, device=""):   # the test double: a machine without sound hardware
+        raise devices.DeviceError(f"no audio {kind} device; {devices.NO_DEVICE_HINT}")
+    monkeypatch.setattr(devices, "check_device", no_device)
+    with pytest.raises(ValueError, match=r"no audio input device.*source:=topic|PortAudio is not installed"):
+        SpeechRecognizer(RecognizerConfig(source="microphone"), context=ros.context)
+    with pytest.raises(ValueError, match=r"not a PCM WAV|No such file"):
+        SpeechRecognizer(RecognizerConfig(source="wav", wav_path="/nonexistent.wav"), context=ros.context)
+
+
+def test_voice_run_without_a_sound_device_says_so_and_keeps_the_text_console(tmp_path):
+    from conftest import BringupConsole
+    from test_bringup import _script_config
+
+    from bolt_ros.voice.devices import DeviceError, check_device
+    try:
+        check_device("input"), check_device("output")
+        pytest.skip("this machine has sound devices: voice:=true would open them")
+    except DeviceError:
+        pass
+    with BringupConsole("--config", str(_script_config(tmp_path)), "backend:=scripted", "use_caption_bridge:=false",
+                        "voice:=true") as console:
+        console.wait_line(lambda s: s.startswith("voice: ") and "device" in s)
+        console.wait_line(lambda s: "type to the robot instead" in s)
+        running = console.wait_line(lambda s: "nodes running" in s)
+        assert "speech_recognizer" not in running and "console" in running
+        console.type("please wave back\n")
+        console.wait_line(lambda s: s.startswith("Bolt: That was a happy wiggle."))
