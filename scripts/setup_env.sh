@@ -40,6 +40,7 @@ ln -sfn "$(python -c 'import numpy; print(numpy.get_include())')" "$cache/numpy-
 
 export AMENT_PREFIX_PATH=$VIRTUAL_ENV CMAKE_PREFIX_PATH=$VIRTUAL_ENV
 bash scripts/setup_reachy_mini.sh  # Pollen's Reachy Mini SDK + MuJoCo sim (robot:=reachy_mini_sim); idempotent
+bash scripts/setup_voice.sh        # speech models and libraries (voice:=true, docs/voice.md); idempotent
 echo "[setup] colcon build"
 colcon --log-level error build --symlink-install --event-handlers console_cohesion- summary- \
   --cmake-args -DBUILD_TESTING=OFF -DPython3_NumPy_INCLUDE_DIR="$cache/numpy-include" > .venv/colcon.log 2>&1 \
