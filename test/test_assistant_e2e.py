@@ -164,7 +164,6 @@ def openai_server(request):
     if request.param == "llama-server":
         # --jinja: SmolLM2's own chat template, which accepts a tools list (and ignores it)
         with LlamaServer(resolve_model("smollm2"), threads=2, ctx=2048, extra=["--jinja"]) as srv:
-            threading.Thread(target=srv.proc.stderr.read, daemon=True).start()  # keep its log pipe drained
             print(f"openai backend against llama-server: {' '.join(srv.cmd)}")
             yield request.param, srv.url + "/v1", None
         return

@@ -47,10 +47,12 @@ from bolt_ros.engine.gguf import kquant_pack
 from bolt_ros.engine.gguf.reader import GGUFFile, StringArray
 
 Arch = Literal["gemma3", "gemma4", "llama", "dflash"]
-Quant = Literal["f32", "f16", "q8_0", "q4_k_m"]
+Quant = Literal["f32", "f16", "q8_0", "q4_k_m", "q4_0", "q4_1", "q5_0"]
 ARCHS: tuple[str, ...] = ("gemma3", "gemma4", "llama", "dflash")
-QUANTS: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_k_m")
-_FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k_m": 15}  # llama_ftype
+QUANTS: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_k_m", "q4_0", "q4_1", "q5_0")
+_FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k_m": 15, "q4_0": 2, "q4_1": 3, "q5_0": 8}  # llama_ftype
+# "pure" files: every matrix of one type (llama-quantize --pure), for smoke runs over each type
+_PURE = {"q8_0": QT.Q8_0, "q4_0": QT.Q4_0, "q4_1": QT.Q4_1, "q5_0": QT.Q5_0}
 
 # Gemma 4's control tokens at their ids in the Gemma 4 vocabulary. The Gemma 3 vocabulary has `<unusedN>` (id N+6)
 # at 46..52, 98, 100, 101 and <start_of_turn>/<end_of_turn> at 105/106; a gemma4 test model gets these instead.
@@ -229,8 +231,9 @@ def tensor_type(t: TensorSpec, spec: ModelSpec, quant: str) -> QT:
         return QT.F32  # norms, scales and rope factors stay F32, as llama.cpp keeps 1-D tensors
     if quant == "f16" or t.name == "per_layer_model_proj.weight":  # llama.cpp leaves the PLE projection unquantized
         return QT.F16
-    if quant == "q8_0":
-        return _fallback(QT.Q8_0, t.shape[-1])
+    if quant in _PURE:
+        qtype = _PURE[quant]
+        return qtype if t.shape[-1] % GGML_QUANT_SIZES[qtype][0] == 0 else QT.F16
     qtype = QT.Q4_K
     if t.kind == "embd" or t.name == "output.weight":
         qtype = QT.Q6_K  # the output head (or the tied embedding, and Gemma 4's PLE table with it)
