@@ -4,6 +4,8 @@ a killed daemon noticed)."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 from importlib.resources import files
 
@@ -97,11 +99,11 @@ def test_config_limits_match_the_real_robot_mjcf():
     assert (end["antenna_right"], end["antenna_left"]) == pytest.approx((right, left))
 
 
-def test_link_reads_back_and_notices_a_killed_daemon(reachy_daemon_factory):
+def test_link_reads_back_and_notices_a_hung_then_a_killed_daemon(reachy_daemon_factory):
     from bolt_ros.robot.reachy_mini.link import ReachyLink
 
     daemon = reachy_daemon_factory()
-    link = ReachyLink(daemon.host, daemon.port, stale_after_s=0.5).start()
+    link = ReachyLink(daemon.host, daemon.port).start()
     try:
         deadline = time.monotonic() + 15
         while link.measured() is None and time.monotonic() < deadline:
@@ -113,11 +115,26 @@ def test_link_reads_back_and_notices_a_killed_daemon(reachy_daemon_factory):
             time.sleep(0.02)
         time.sleep(0.6)
         assert np.max(np.abs(link.measured().pose - target)) < 0.05
+        # a daemon that hangs (SIGSTOP) keeps its connection open: its silence for stale_after_s gives it away
+        generation = link.generation
+        os.kill(daemon.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        while link.measured() is not None and time.monotonic() - t0 < 5:
+            time.sleep(0.05)
+        assert "stopped answering" in link.error and 1.9 < time.monotonic() - t0 < 3.0
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        while link.generation == generation and time.monotonic() < deadline:  # it reconnects by itself
+            time.sleep(0.05)
+        assert link.connected and link.generation == generation + 1
+        deadline = time.monotonic() + 5
+        while link.measured() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         daemon.kill()
         t0 = time.monotonic()
         while link.measured() is not None and time.monotonic() - t0 < 3:
             time.sleep(0.02)
-        assert not link.connected and "stopped answering" in link.error
-        assert time.monotonic() - t0 < 1.5
+        assert not link.connected and "connection closed" in link.error
+        assert time.monotonic() - t0 < 0.5  # a closed connection is noticed at once, not after stale_after_s
     finally:
         link.close()

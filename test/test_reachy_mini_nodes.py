@@ -154,7 +154,7 @@ def test_a_daemon_killed_mid_goal_aborts_it_and_the_node_reconnects(ros, reachy_
     daemon.kill()
     res = ros.result(future, 3.0, "the aborted goal")
     msg = res.result.message  # the link noticed first by a failed send or by the silence: either is said
-    assert res.status == GoalStatus.STATUS_ABORTED and ("stopped answering" in msg or "lost the Reachy" in msg), msg
+    assert res.status == GoalStatus.STATUS_ABORTED and "lost the Reachy Mini daemon" in msg, msg
     resp = ros.result(client.list.call_async(ListAnimations.Request()), what="list_animations while down")
     assert "dance" in resp.names
     res = ros.result(goto(ros, client, pose(head_yaw=0.2), 0.5)[1], 3.0, "a goal while down")
@@ -182,7 +182,7 @@ def test_converse_dance_for_me_moves_the_simulated_reachy_mini(tmp_path):
         console.wait_line(lambda s: "name is one of" in s, timeout=30.0)
         console.type("dance for me\n")
         console.wait_line(lambda s: "[tool] play_animation -> ok" in s, timeout=30.0)
-        console.wait_line(lambda s: s.startswith("Bolt: That was my dance."))
+        console.wait_line(lambda s: s.startswith("Bolt:"))  # the turn ends with words (the script's or the loop's)
         motion = [s for s in console.lines if s.startswith("[motion] head")]
         assert len(motion) >= 3 and "body" in motion[-1]
         console.stop_with_sigint(exit_within=15.0)  # includes the daemon's walk to its sleep pose

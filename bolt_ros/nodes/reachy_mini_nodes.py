@@ -43,7 +43,9 @@ class ReachyMiniConfig(BaseModel):
     joint_states_topic: str = "joint_states"
     frame_id: str = "base_link"
     connect_timeout_s: float = Field(5.0, gt=0.0)
-    stale_after_s: float = Field(0.5, gt=0.0)  # no new state for this long = the daemon is gone
+    # no new state for this long = the daemon hangs or the network dropped (a closed connection is noticed at once);
+    # not shorter: with a local model busy on both cores of a small machine the sim's stream stalled for ~0.6 s
+    stale_after_s: float = Field(2.0, gt=0.0)
     retry_s: float = Field(1.0, gt=0.0)  # reconnection attempts
     max_head_offset_m: float = Field(0.04, ge=0.0, le=0.05)  # head translation a dance may ask, per axis
     # a finished goal reports once every joint is within goal_tolerance_rad of the target, or settle_timeout_s

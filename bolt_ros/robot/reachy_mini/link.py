@@ -28,7 +28,7 @@ class Measured:
 
 
 class ReachyLink:
-    def __init__(self, host: str, port: int, *, connect_timeout_s: float = 5.0, stale_after_s: float = 0.5,
+    def __init__(self, host: str, port: int, *, connect_timeout_s: float = 5.0, stale_after_s: float = 2.0,
                  retry_s: float = 1.0, log: Callable[[str], None] = print):
         self.host, self.port = host, port
         self.connect_timeout_s, self.stale_after_s, self.retry_s = connect_timeout_s, stale_after_s, retry_s
@@ -59,12 +59,17 @@ class ReachyLink:
         return self._mini is not None
 
     def measured(self) -> Measured | None:
-        """The latest state, or None when not connected. A state that stopped changing for stale_after_s means
-        the daemon is gone (it pushes ~50 Hz even when the robot is still): the link is marked lost."""
+        """The latest state, or None when not connected. A closed connection (a daemon that exited or crashed) is
+        noticed at once; a state that stopped changing for stale_after_s means a daemon that hangs or a network
+        that dropped (it pushes ~50 Hz even when the robot is still): either way the link is marked lost."""
         mini = self._mini
         if mini is None:
             return None
         client = mini.client
+        recv = getattr(client, "_recv_thread", None)
+        if recv is not None and not recv.is_alive():  # the SDK's receiver ends when the WebSocket closes
+            self._mark_lost(f"lost the Reachy Mini daemon at {self.host}:{self.port}: its connection closed")
+            return None
         # The SDK keeps the last message object; a new object = a new state (its public getters copy it).
         raw = getattr(client, "_last_joint_positions", None)
         now = time.monotonic()
