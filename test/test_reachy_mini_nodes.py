@@ -76,6 +76,7 @@ def goto(ros, client, target: np.ndarray, duration: float, timeout: float = 10.0
     return handle, handle.get_result_async()
 
 
+@pytest.mark.realtime
 def test_joint_states_carry_the_robot_joints_at_50hz_or_more(ros, mini):
     wait_for(lambda: len(mini.states) >= 60, 5.0, "60 joint_states")
     msgs = mini.states[-50:]
