@@ -208,3 +208,35 @@ def test_int4_packing_matches_torch_packer(n):
     q = torch.randint(0, 16, (n, 96), generator=torch.Generator().manual_seed(n), dtype=torch.uint8)
     ref = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
     assert torch.equal(linear.pack_int4_codes(q), ref)
+
+
+_PACK_CHECK = """
+import torch
+from bolt_ros.engine.gguf.quants import GGMLType, dequantize, random_raw
+from bolt_ros.engine.model.linear import QuantLinear, int4_tile_rows, pack_int4_codes
+q = torch.randint(0, 16, (192, 96), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+ref = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
+assert torch.equal(pack_int4_codes(q), ref), int4_tile_rows()
+raw = random_raw(GGMLType.Q4_K, (128, 256), seed=3, max_scale=0.05)
+lin = QuantLinear(raw, GGMLType.Q4_K, (128, 256), policy="fast", scheme="int4")
+x = torch.randn(1, 256, generator=torch.Generator().manual_seed(1))
+want = x @ dequantize(raw, GGMLType.Q4_K, (128, 256)).t()
+rel = float((lin(x) - want).abs().mean() / want.abs().mean())
+assert lin.scheme == "int4" and rel < 0.05, (lin.scheme, rel)
+print(torch.backends.cpu.get_cpu_capability(), int4_tile_rows())
+"""
+
+
+@pytest.mark.parametrize("capability", ["", "avx2", "default"])
+def test_int4_packing_follows_the_kernel_torch_dispatches_to(capability):
+    """torch's CPU int4 layout depends on the ISA its kernel was dispatched for (64-row tiles under AVX-512, 32 under
+    AVX2): an AVX2-only EPYC got garbage from 64-row tiles. ATEN_CPU_CAPABILITY makes this machine take another
+    dispatch, so each layout is checked here against torch's own packer and the int4 product against the exact
+    weights (the bound: int4 Q4_K is exact up to bf16 scales, ~1e-3 relative; garbage is ~1)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability) if capability else dict(os.environ)
+    out = subprocess.run([sys.executable, "-c", _PACK_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]

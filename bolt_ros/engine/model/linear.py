@@ -25,6 +25,7 @@ them at 64 rows and more beyond.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Literal
@@ -187,13 +188,29 @@ def _row_chunks(blocks: torch.Tensor, n_out: int) -> Iterator[tuple[torch.Tensor
 
 def pack_int4_codes(q: torch.Tensor) -> torch.Tensor:
     """uint8 codes [N, K] (0..15) -> torch's CPU int4 layout [N, K/2], the bytes `_convert_weight_to_int4pack_for_cpu`
-    makes: 64-row tiles, and for every k of a tile 32 bytes holding rows j (low nibble) and j + 32 (high nibble).
+    makes: tiles of B rows, and for every k of a tile B/2 bytes holding rows j (low nibble) and j + B/2 (high).
     Done here in uint8 because the op wants int32 codes (4x the memory, and slow for the 262144-row head)."""
     n, k = q.shape
-    if n % 64:
+    tile = int4_tile_rows()
+    if not tile or n % tile:
         return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
-    t = q.view(n // 64, 64, k).transpose(1, 2)  # [tiles, K, 64]
-    return (t[..., :32] | (t[..., 32:] << 4)).reshape(n, k // 2)
+    return _pack_tiles(q, tile)
+
+
+def _pack_tiles(q: torch.Tensor, tile: int) -> torch.Tensor:
+    n, k = q.shape
+    t = q.view(n // tile, tile, k).transpose(1, 2)  # [tiles, K, tile]
+    return (t[..., : tile // 2] | (t[..., tile // 2 :] << 4)).reshape(n, k // 2)
+
+
+@functools.cache
+def int4_tile_rows() -> int:
+    """Rows per tile of torch's CPU int4 layout. It follows the vector width of the kernel ATen dispatches to (four
+    float vectors: 64 rows under AVX-512, 32 under AVX2; an AVX2-only EPYC gave garbage from 64-row tiles), so it is
+    read off torch's own packer once; 0 (never seen) = always use that packer."""
+    q = torch.randint(0, 16, (128, 64), dtype=torch.int32, generator=torch.Generator().manual_seed(0))  # no pattern
+    ref = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1)
+    return next((t for t in (64, 32, 16, 128) if torch.equal(_pack_tiles(q.to(torch.uint8), t), ref)), 0)
 
 
 def _pack_int4(parts_of_chunk: Callable[[torch.Tensor, int], list[Int4Part]], blocks: torch.Tensor,
