@@ -190,7 +190,7 @@ def pack_int4_codes(q: torch.Tensor) -> torch.Tensor:
     """uint8 codes [N, K] (0..15) -> torch's CPU int4 layout [N, K/2], the bytes `_convert_weight_to_int4pack_for_cpu`
     makes: tiles of B rows, and for every k of a tile B/2 bytes holding rows j (low nibble) and j + B/2 (high).
     Done here in uint8 because the op wants int32 codes (4x the memory, and slow for the 262144-row head)."""
-    n, k = q.shape
+    n = q.shape[0]
     tile = int4_tile_rows()
     if not tile or n % tile:
         return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
