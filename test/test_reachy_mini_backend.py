@@ -138,3 +138,26 @@ def test_link_reads_back_and_notices_a_hung_then_a_killed_daemon(reachy_daemon_f
         assert time.monotonic() - t0 < 0.5  # a closed connection is noticed at once, not after stale_after_s
     finally:
         link.close()
+
+
+def test_gazebo_launch_controls_the_urdf_joints_in_config_order():
+    """launch/gazebo.launch.py (unverified: no Gazebo here) hands gz_ros2_control our six joints, the ones the
+    position controller commands in config/robot.yaml's order (gz_relay sends them in that order)."""
+    import importlib.util
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("gazebo_launch", root / "launch" / "gazebo.launch.py")
+    launch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch)
+    urdf = launch.with_ros2_control((root / "urdf" / "reachy_mini_like.urdf").read_text(), "/x/gz_controllers.yaml")
+    robot = ET.fromstring(urdf)
+    controlled = [j.get("name") for j in robot.find("ros2_control").iter("joint")]
+    revolute = {j.get("name") for j in robot.iter("joint") if j.get("type") == "revolute"}
+    assert controlled == list(JOINT_NAMES) and set(controlled) == revolute
+    assert robot.find("gazebo/plugin/parameters").text == "/x/gz_controllers.yaml"
+    controllers = yaml.safe_load((root / "config" / "gz_controllers.yaml").read_text())
+    assert controllers["position_controller"]["ros__parameters"]["joints"] == list(JOINT_NAMES)

@@ -21,7 +21,7 @@ from sensor_msgs.msg import JointState
 
 from bolt_ros.graph import package_file
 from bolt_ros.nodes.animation_server import AnimationServer
-from bolt_ros.nodes.motion_server import MotionServer
+from bolt_ros.nodes.motion_server import MotionServer, MotionServerConfig
 from bolt_ros.nodes.sim_robot import msg_to_pose, pose_to_msg
 from bolt_ros.robot import JOINT_NAMES
 from bolt_ros.robot.reachy_mini.convert import REAL_JOINT_NAMES
@@ -114,6 +114,34 @@ def test_out_of_range_goto_is_refused_and_nothing_moves(ros, mini):
     n = len(mini.states)
     wait_for(lambda: len(mini.states) >= n + 25, 3.0, "joint_states after the refusal")
     assert np.max(np.abs(ours(mini.states[-1]) - before)) < 0.01
+
+
+def test_clamp_mode_moves_to_the_limit_and_never_past_it(ros, mini):
+    ros.add(MotionServer(mini.robot, MotionServerConfig(action_name="goto_clamped", limit_mode="clamp"),
+                         node_name="motion_clamped", context=ros.context))
+    client = ActionClient(mini, GotoPose, "goto_clamped")
+    assert client.wait_for_server(timeout_sec=5.0)
+
+    def clamped_goto(target: np.ndarray):
+        n = len(mini.states)
+        goal = GotoPose.Goal(target=pose_to_msg(target), duration=0.6)
+        handle = ros.result(client.send_goal_async(goal), what="goal response")
+        res = ros.result(handle.get_result_async(), 10.0, "clamped goto")
+        return res, np.array([ours(m) for m in mini.states[n:]])
+
+    res, seen = clamped_goto(pose(head_pitch=1.2, body_yaw=3.5))
+    assert res.status == GoalStatus.STATUS_SUCCEEDED, res.result.message
+    assert "clamped head_pitch from 1.200 to 0.600" in res.result.message
+    limit = pose(head_pitch=0.6, body_yaw=2.7925)
+    assert np.max(np.abs(msg_to_pose(res.result.reached) - limit)) < TOLERANCE
+    assert seen[:, JOINT_NAMES.index("head_pitch")].max() < 0.6 + TOLERANCE  # the robot never went past them
+    assert seen[:, JOINT_NAMES.index("body_yaw")].max() < 2.7925 + TOLERANCE
+    # Full pitch with full head yaw is inside our per-joint limits but past the Stewart platform's reach: the robot
+    # stops short, and the result says so instead of claiming the target.
+    res, seen = clamped_goto(pose(head_pitch=1.2, head_yaw=-2.0, body_yaw=3.5))
+    assert res.status == GoalStatus.STATUS_ABORTED and "did not reach the target: head_yaw" in res.result.message
+    assert seen[:, JOINT_NAMES.index("head_yaw")].min() > -1.1344 - TOLERANCE
+    ros.result(goto(ros, mini, pose(), 0.8)[1], 10.0, "back to neutral")
 
 
 def test_cancel_stops_the_robot_where_it_is(ros, mini):

@@ -106,6 +106,9 @@ class MotionServer(Node):
 
         outcome = await self._runner.follow(goal_handle, motion, feedback)
         if outcome == FINISHED:
+            missed = self._sim.shortfall(motion)
+            if missed:  # the result must not claim a pose the robot did not reach
+                return self._finish(goal_handle, "abort", "; ".join([f"did not reach the target: {missed}", *notes]))
             return self._finish(goal_handle, "succeed", "; ".join(["reached", *notes]))
         if outcome == CANCELLED and goal_handle.is_cancel_requested:
             return self._finish(goal_handle, "canceled", "cancelled")

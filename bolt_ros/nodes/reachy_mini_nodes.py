@@ -101,6 +101,10 @@ class ReachyMiniRobot(RobotNode):
         return self.bridge.settled(motion, self._measured, self.config.goal_tolerance_rad,
                                    self.config.settle_timeout_s)
 
+    def shortfall(self, motion: Motion) -> str:
+        missed = self.bridge.shortfall(motion, self._measured, self.config.goal_tolerance_rad)
+        return f"{missed} (the robot's reach ends there)" if missed else ""
+
     def reached(self) -> np.ndarray:
         m = self._measured
         return m.pose.copy() if m is not None else np.full(len(JOINT_NAMES), np.nan)  # NaN: unknown, no robot

@@ -52,6 +52,11 @@ class RobotNode(Node):
         """Whether the goal of a finished motion may report (a real robot may still be catching up)."""
         return True
 
+    def shortfall(self, motion: Motion) -> str:
+        """Why a finished motion's robot is not at its final pose ("" when it is): a real robot's reach can end
+        before our per-joint limits (the Reachy Mini's head cannot combine full pitch with full yaw)."""
+        return ""
+
     def reached(self) -> np.ndarray:
         """The pose the robot is at [n_joints], for goal results."""
         return self.controller.state()[0]

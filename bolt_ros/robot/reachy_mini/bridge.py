@@ -105,6 +105,15 @@ class ReachyBridge:
             self._last_sent = key
         return measured
 
+    @staticmethod
+    def shortfall(motion: Motion, measured: Measured | None, tolerance: float) -> str:
+        """The joints a finished motion's robot did not bring within tolerance of the final pose ("" if none)."""
+        if motion.outcome != FINISHED or measured is None:
+            return ""
+        miss = np.abs(measured.pose - motion.trajectory.final)
+        return ", ".join(f"{JOINT_NAMES[i]} at {measured.pose[i]:.3f} instead of {motion.trajectory.final[i]:.3f}"
+                         for i in np.flatnonzero(miss > tolerance))
+
     def settled(self, motion: Motion, measured: Measured | None, tolerance: float, timeout_s: float) -> bool:
         """Whether a finished motion's goal may report now: the robot reached the final pose (within tolerance,
         rad, on every joint) or timeout_s passed since the command got there (it then reports where it is)."""
