@@ -125,6 +125,15 @@ class SpeechSynthesizer(Node):
             with self._lock:
                 if self._turn is not None and self._turn.t_first_token is None:
                     self._turn.t_first_token = from_stamp(ev.stamp)
+        elif ev.type == AssistantEvent.STATE and ev.state == AssistantEvent.STATE_IDLE:
+            # a turn that said nothing: its stages so far, first_audio_ms -1 (an interrupted turn's idle comes before
+            # the next turn's first token: only an idle after this turn's first output is this turn's)
+            with self._lock:
+                t = self._turn
+                turn = t if t is not None and t.t_first_token is not None and t.t_first_sentence is None else None
+                self._turn = None if turn is not None else self._turn
+            if turn is not None:
+                self._publish_stats(turn)
 
     def stop(self, why: str, *, mute: bool) -> None:
         """Drop everything of the current turn (the playing block finishes; nothing after it plays)."""
@@ -208,6 +217,9 @@ class SpeechSynthesizer(Node):
             if turn is None or turn.t_first_audio is not None:
                 return
             turn.t_first_audio = t
+        self._publish_stats(turn)
+
+    def _publish_stats(self, turn: TurnTimes) -> None:
         if turn.end_of_speech is not None:
             stats = turn.stats_msg()
             self._stats_pub.publish(stats)
