@@ -39,18 +39,6 @@ CASES = [
 BAR = 10
 
 
-def _resolved(assistant, name: str, arguments: dict) -> tuple[str, dict] | None:
-    """The call as the router executes it (an animation's own name as the tool name means play_animation)."""
-    from bolt_ros.assistant.backend import ToolCallRequest
-    from bolt_ros.assistant.tools import ToolError
-
-    try:
-        tool, args = assistant.registry.resolve(ToolCallRequest("x", name, arguments))
-    except ToolError:
-        return None
-    return tool.spec.name, args
-
-
 def _right(expected, calls: list[tuple[str, dict] | None]) -> bool:
     if expected is None:
         return not calls
@@ -81,7 +69,7 @@ def test_default_model_calls_the_right_tools_through_the_graph(ros):
         handle = ros.result(client.send_goal_async(Converse.Goal(utterance=utterance, conversation_id=f"u{i}")))
         res = ros.result(handle.get_result_async(), timeout=120, what=f"the reply to {utterance!r}")
         assert res.status == GoalStatus.STATUS_SUCCEEDED, res.result.error
-        calls = [_resolved(assistant, c.name, json.loads(c.arguments or "{}")) for c in res.result.tool_calls]
+        calls = [assistant.registry.resolution(c.name, json.loads(c.arguments or "{}")) for c in res.result.tool_calls]
         ok = _right(expected, calls)
         right += ok
         rows.append((utterance, [(c.name, c.arguments) for c in res.result.tool_calls], res.result.text, ok,

@@ -68,6 +68,11 @@ class AssistantConfig(_Strict):
     scene_memory: SceneMemoryConfig = SceneMemoryConfig()
     topics: TopicsConfig = TopicsConfig()
     max_history_messages: int = Field(16, gt=0)
+    # how earlier turns reach the model (bolt_ros/assistant/conversation.py): verbatim messages, or a short memory
+    # at the top of each user message; memory_turns: turns it covers; memory_replies: it quotes the robot's replies
+    history: Literal["verbatim", "memory"] = "verbatim"
+    memory_turns: int = Field(6, gt=0)
+    memory_replies: bool = True
     max_tool_rounds: int = Field(3, ge=0)      # model calls that may request tools; the next one gets no tools
     max_sentences: int = Field(3, ge=0)        # a turn stops after this many spoken sentences (0 = no limit)
     enable_thinking: bool = False              # default when a transcript arrives (a goal says its own)

@@ -73,19 +73,61 @@ def _age(seconds: float) -> str:
     return "just now" if s < 1 else f"{s} s ago" if s < 120 else f"{s // 60} min ago"
 
 
+@dataclass
+class TurnRecord:
+    """One finished turn as the robot remembers it."""
+    said: str                 # the person's words
+    reply: str                # what the robot said
+    done: list[str]           # what its calls did ("you played your dance animation")
+
+
 class Conversation:
-    def __init__(self, system_prompt: str, max_messages: int = 16):
+    """System prompt, the turns so far, and how they are shown to the model.
+
+    `history="verbatim"`: the earlier turns' messages as they were (calls, tool results, replies), bounded by
+    `max_messages`. `history="memory"`: no earlier messages; instead the user message of each turn opens with a
+    short memory of the last `memory_turns` turns (what the person said, what the robot answered or did). Measured
+    on the default 0.5B model (bench/bench_conversation.py, docs/conversation.md): shown its own earlier replies
+    verbatim, it answers later requests in words, claims motions it never made and copies replies; with each turn
+    shaped like a fresh conversation it keeps its single-turn behaviour, and the memory keeps follow-ups ("one more
+    time", "the other way") answerable. The prompt prefix (system prompt and tools) stays the same every turn, so
+    the engine's prefix reuse still prefills only the new user message.
+    """
+
+    def __init__(self, system_prompt: str, max_messages: int = 16, *, history: str = "verbatim",
+                 memory_turns: int = 6, memory_replies: bool = True):
         self.system_prompt = system_prompt
         self.max_messages = max_messages
+        self.history_mode, self.memory_turns, self.memory_replies = history, memory_turns, memory_replies
         self.history: list[dict] = []
+        self.records: list[TurnRecord] = []
 
     def user_message(self, utterance: str, scene: str = "") -> dict:
-        content = f"[{scene}]\n{utterance}" if scene else utterance
+        blocks = [b for b in (self.memory() if self.history_mode == "memory" else "", scene) if b]
+        content = "".join(f"[{b}]\n" for b in blocks) + utterance
         return {"role": "user", "content": content}
 
+    def memory(self) -> str:
+        """The last turns in a few words each; "" before the first."""
+        lines = []
+        for r in self.records[-self.memory_turns:]:
+            acts = " and ".join(r.done)
+            if acts:
+                what = acts
+            elif r.reply and self.memory_replies:
+                what = f'you answered "{_clip(r.reply, 90)}"'
+            else:
+                what = "you answered"
+            lines.append(f'- They said "{_clip(r.said, 90)}"; {what}.')
+        return "Earlier in this conversation (oldest first):\n" + "\n".join(lines) if lines else ""
+
+    def recent_replies(self, n: int = 12) -> list[str]:
+        return [r.reply for r in self.records[-n:] if r.reply]
+
     def messages(self, pending: list[dict] = ()) -> list[dict]:
-        """The full prompt: system, history, then the messages of the turn in progress."""
-        return [{"role": "system", "content": self.system_prompt}, *self.history, *pending]
+        """The full prompt: system, history (verbatim mode), then the messages of the turn in progress."""
+        history = self.history if self.history_mode == "verbatim" else []
+        return [{"role": "system", "content": self.system_prompt}, *history, *pending]
 
     def fitted(self, pending: list[dict], fits: Callable[[list[dict]], bool]) -> list[dict]:
         """messages(pending), after dropping the oldest whole turns until fits(prompt) holds (the prompt must fit
@@ -93,18 +135,25 @@ class Conversation:
         prompt and the turn in progress are never cut (an utterance too long for the context is the engine's clear
         error, not a silently shortened question)."""
         msgs = self.messages(pending)
-        while self.history and not fits(msgs):
+        while self.history and self.history_mode == "verbatim" and not fits(msgs):
             self._drop_oldest_turn()
             msgs = self.messages(pending)
         return msgs
 
-    def commit(self, turn: list[dict]) -> None:
+    def commit(self, turn: list[dict], record: TurnRecord | None = None) -> None:
         """Append a finished (or interrupted) turn and trim the oldest turns to the bound."""
         self.history.extend(turn)
         while len(self.history) > self.max_messages:
             self._drop_oldest_turn()
+        if record is not None:
+            self.records = [*self.records, record][-max(self.memory_turns, 16):]
 
     def _drop_oldest_turn(self) -> None:
         # drop whole turns: cut up to the next user message so no tool result loses its call
         nxt = next((i for i, m in enumerate(self.history[1:], 1) if m["role"] == "user"), len(self.history))
         del self.history[:nxt]
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " ..."

@@ -83,8 +83,9 @@ class ToolLoop:
                     break
                 if res.cancelled or res.stopped or not calls:
                     break
+                n_done = len(res.tool_results)
                 self._run_tools(calls, res, cancel, allowed=rnd < self.max_tool_rounds)
-                if res.cancelled:
+                if res.cancelled or self._say_instead(conv, res.tool_results[n_done:], res):
                     break
         except Exception as e:  # a failing engine ends the turn with an error event; the node keeps running
             res.error = f"{type(e).__name__}: {e}"
@@ -172,6 +173,21 @@ class ToolLoop:
         if self.max_sentences and len(res.spoken) >= self.max_sentences:
             res.stopped = "max_sentences"
             return False
+        return True
+
+    def _say_instead(self, conv: Conversation, outcomes: list[ToolOutcome], res: TurnResult) -> bool:
+        """Calls that all succeeded with lines of their own to say (ToolSpec.say: motions) end the turn with one of
+        those lines, the first not said in recent turns, instead of a words round over their results."""
+        if not outcomes or not all(o.ok and o.say for o in outcomes):
+            return False
+        recent = [_norm(r) for r in conv.recent_replies()]
+        options = outcomes[-1].say
+        line = next((x for x in options if _norm(x) not in recent),
+                    min(options, key=lambda x: max((i for i, r in enumerate(recent) if r == _norm(x)), default=-1)))
+        res.messages.append({"role": "assistant", "content": line})
+        self._set_state(SPEAKING)
+        self._speak(line, res)
+        res.text += ("" if not res.text else " ") + line
         return True
 
     def _run_tools(self, calls, res, cancel, *, allowed: bool) -> None:

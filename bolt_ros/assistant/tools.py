@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
@@ -69,6 +69,14 @@ class ToolSpec(BaseModel):
     enum_from: EnumSource | None = None
     expand: Expand | None = None
     cancel_on_barge_in: bool = True   # barge-in cancels this tool's running goals
+    # What a successful call means to the conversation ({argument} placeholders, underscores read as spaces):
+    # `done` goes into the robot's memory of the turn ("you played your {name} animation"); `say` lines are spoken
+    # after it instead of asking the model for words (a motion is its own answer, and a small model asked to talk
+    # about a JSON result narrates it: "The tool is successfully executed"); none = the model reads the result
+    # (`result_text`, a template over the result's fields, or its JSON) and replies, as for list_animations.
+    done: str = ""
+    say: list[str] = Field(default_factory=list)
+    result_text: str = ""
 
     @field_validator("parameters")
     @classmethod
@@ -120,10 +128,15 @@ class ToolOutcome:
     content: str = "{}"      # JSON text: the result (and last feedback) on success
     error: str = ""
     elapsed_ms: float = 0.0
+    text: str = ""           # the result as the model reads it, when the tool words it (ToolSpec.result_text)
+    done: str = ""           # what the call did, for the robot's memory ("you looked left")
+    say: list[str] = field(default_factory=list)  # lines to speak instead of a words round (ToolSpec.say)
 
     def for_model(self) -> str:
         """What the model reads as the tool message."""
-        return self.content if self.ok else json.dumps({"error": self.error})
+        if not self.ok:
+            return json.dumps({"error": self.error})
+        return self.text or self.content
 
 
 class Tool:
@@ -193,6 +206,22 @@ class Tool:
                                  for err in e.errors())
             raise ToolError(f"invalid arguments for {self.spec.name}: {problems}") from None
 
+    def done_text(self, args: dict) -> str:
+        return _fill(self.spec.done, args) if self.spec.done else f"you used {self.spec.name}"
+
+    def say_lines(self, args: dict) -> list[str]:
+        return [_fill(t, args) for t in self.spec.say]
+
+    def result_for_model(self, result: dict) -> str:
+        """A successful result in the tool's words ("" = the model reads the JSON)."""
+        if not self.spec.result_text:
+            return ""
+        flat = {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in result.items()}
+        if isinstance(flat.get("names"), str) and isinstance(result.get("descriptions"), list):  # name: what, ...
+            flat["listing"] = "; ".join(f"{n.replace('_', ' ')} ({d.rstrip('.')})" if d else n.replace("_", " ")
+                                        for n, d in zip(result["names"], result["descriptions"]))
+        return _fill(self.spec.result_text, flat)
+
     def request_fields(self, args: dict) -> dict[str, Any]:
         """Validated arguments -> {goal/request field path: value}; paths like "target.head_yaw"."""
         fields: dict[str, Any] = {}
@@ -231,6 +260,12 @@ class Tool:
             fields[pname] = (ann if pname in required else ann | None, Field(default, **constraints))
         cfg = ConfigDict(extra="forbid", allow_inf_nan=False)
         return create_model(f"{self.spec.name}_args", __config__=cfg, **fields)
+
+
+def _fill(template: str, values: dict) -> str:
+    """`template` with {name} replaced by the value as words (underscores read as spaces); unknown names stay."""
+    return re.sub(r"\{(\w+)\}", lambda m: str(values[m[1]]).replace("_", " ") if m[1] in values else m[0],
+                  template)
 
 
 def _annotation(prop: dict) -> Any:
@@ -275,6 +310,15 @@ class ToolRegistry:
         if arguments is None or not isinstance(arguments, dict):
             raise ToolError(f"arguments for {call.name} must be a JSON object")
         return tool, tool.validate(arguments)
+
+    def resolution(self, name: str, arguments) -> tuple[str, dict] | None:
+        """(tool name, validated arguments) that a call `name(arguments)` runs as, or None when it is refused (how
+        benches and tests read the calls a model made)."""
+        try:
+            tool, args = self.resolve(ToolCallRequest("check", name, arguments))
+        except ToolError:
+            return None
+        return tool.spec.name, args
 
     def _by_enum_value(self, name: str, arguments) -> tuple[Tool | None, dict | None]:
         """An expanded name (`dance`, `look_left`) means its tool with that value; a bare value of exactly one

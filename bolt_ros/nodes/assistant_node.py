@@ -25,7 +25,7 @@ from bolt_ros.action import Converse
 from bolt_ros.assistant.backend import BackendError, ChatBackend
 from bolt_ros.assistant.backend_factory import make_backend
 from bolt_ros.assistant.config import AssistantConfig, from_ros_parameters, to_ros_parameters
-from bolt_ros.assistant.conversation import Conversation, SceneMemory
+from bolt_ros.assistant.conversation import Conversation, SceneMemory, TurnRecord
 from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult, arguments_json
 from bolt_ros.assistant.tools import ToolRegistry
 from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, ToolCall, ToolResult
@@ -268,7 +268,8 @@ class AssistantNode(Node):
         if res.cancelled and job.t_cancel:
             self.latency["barge_in_stop"].append((time.perf_counter() - job.t_cancel) * 1e3)
             self.get_logger().info(f"turn interrupted ({job.interrupted_by}) after {res.stats['total_ms']:.0f} ms")
-        conv.commit(res.messages)
+        conv.commit(res.messages, TurnRecord(job.utterance, res.text, [r.done for r in res.tool_results
+                                                                        if r.ok and r.done]))
         if res.error:
             self.get_logger().error(f"turn failed: {res.error}")
         else:
@@ -284,7 +285,9 @@ class AssistantNode(Node):
             while len(self._conversations) > MAX_CONVERSATIONS:
                 self._conversations.popitem(last=False)
         self._conversations.move_to_end(cid)
-        conv.system_prompt, conv.max_messages = self.config.system_prompt, self.config.max_history_messages
+        cfg = self.config
+        conv.system_prompt, conv.max_messages = cfg.system_prompt, cfg.max_history_messages
+        conv.history_mode, conv.memory_turns, conv.memory_replies = cfg.history, cfg.memory_turns, cfg.memory_replies
         return conv
 
     def _emit(self, job: Job, ev: LoopEvent) -> None:

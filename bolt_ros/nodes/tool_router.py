@@ -94,7 +94,8 @@ class ToolRouter:
             fields = tool.request_fields(args)
             run = self._run_action if tool.spec.kind == "action" else self._run_service
             content = run(tool, fields, cancel, t0)
-            out = ToolOutcome(call.id, call.name, True, json.dumps(content))
+            out = ToolOutcome(call.id, call.name, True, json.dumps(content), done=tool.done_text(args),
+                              say=tool.say_lines(args), text=tool.result_for_model(content.get("result", {})))
         except ToolError as e:
             out = ToolOutcome(call.id, call.name, False, error=str(e))
         except Exception as e:  # a router bug must not take the node down; the model and the log both see it

@@ -1,0 +1,127 @@
+"""How a multi-turn conversation reaches the model (ROS-free): the short memory instead of verbatim history, motions
+that answer with a line of their own instead of a words round over their JSON, tool results in words, and the
+bench's turn scoring (bench/conversation_scoring.py) with its negative controls."""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+from bolt_ros.assistant.conversation import Conversation, TurnRecord
+from bolt_ros.assistant.scripted import ScriptedBackend
+from bolt_ros.assistant.tool_loop import ToolLoop
+from bolt_ros.assistant.tools import ToolOutcome, ToolRegistry, ToolSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from conversation_scoring import call_matches, is_claim, is_echo, is_meta, is_repeat, score_turn
+
+LOOK = ToolSpec.model_validate({
+    "name": "look", "description": "look", "kind": "action", "target": "goto_pose",
+    "type": "bolt_ros/action/GotoPose",
+    "parameters": {"type": "object", "required": ["direction"], "properties": {
+        "direction": {"type": "string", "enum": ["left", "right", "center"]}}},
+    "expand": {"parameter": "direction", "name": "look_{value}"},
+    "goal": {"target.head_yaw": {"arg": "direction", "map": {"left": 0.6, "right": -0.6, "center": 0.0}}},
+    "done": "you looked {direction}", "say": ["Looking {direction}.", "Okay, {direction} it is."]})
+LIST = ToolSpec.model_validate({
+    "name": "list_animations", "description": "list", "kind": "service", "target": "list_animations",
+    "type": "bolt_ros/srv/ListAnimations", "result_text": "Your animations: {listing}."})
+
+
+def _loop(backend, registry, ok=True):
+    events = []
+
+    def call_tool(call, cancel):  # the router's ROS-free half: resolve, "run", word the outcome
+        tool, args = registry.resolve(call)
+        if not ok:
+            return ToolOutcome(call.id, call.name, False, error="goto_pose goal aborted: robot busy")
+        result = {"names": ["nod", "shake_head"], "descriptions": ["Nod yes.", ""]}
+        return ToolOutcome(call.id, call.name, True, json.dumps({"result": result}), done=tool.done_text(args),
+                           say=tool.say_lines(args), text=tool.result_for_model(result))
+    return ToolLoop(backend, call_tool, events.append), events
+
+
+def _look_backend():
+    return ScriptedBackend([{"match": "left", "reply": [{"tool_call": {"name": "look_left", "arguments": {}}}],
+                             "after_tool": [{"text": "The tool was successfully executed."}]}])
+
+
+def test_a_motion_answers_with_its_own_line_and_no_words_round():
+    backend, registry = _look_backend(), ToolRegistry([LOOK])
+    loop, events = _loop(backend, registry)
+    conv = Conversation("sys", history="memory")
+    res = loop.run(conv, conv.user_message("look left"), registry.openai_tools(), enable_thinking=False,
+                   cancel=threading.Event())
+    assert [e.text for e in events if e.kind == "sentence"] == ["Looking left."]  # spoken (TTS), not just text
+    assert len(backend.requests) == 1  # the model was not asked to talk about the result
+    assert res.spoken == ["Looking left."] and res.text == "Looking left."
+    assert [r.done for r in res.tool_results] == ["you looked left"]
+    # the next time, a line not said in the recent turns
+    conv.commit(res.messages, TurnRecord("look left", res.text, ["you looked left"]))
+    res2 = loop.run(conv, conv.user_message("look left again"), registry.openai_tools(), enable_thinking=False,
+                    cancel=threading.Event())
+    assert res2.spoken == ["Okay, left it is."]
+
+
+def test_a_failed_motion_gets_a_words_round_over_the_error():
+    backend, registry = _look_backend(), ToolRegistry([LOOK])
+    loop, _ = _loop(backend, registry, ok=False)
+    conv = Conversation("sys", history="memory")
+    res = loop.run(conv, conv.user_message("look left"), registry.openai_tools(), enable_thinking=False,
+                   cancel=threading.Event())
+    assert len(backend.requests) == 2  # negative control: without `say` success the model words the outcome
+    assert json.loads(backend.requests[1]["messages"][-1]["content"]) == {"error": "goto_pose goal aborted: robot busy"}
+    assert not res.tool_results[0].ok
+
+
+def test_a_tool_without_lines_is_read_back_in_words():
+    backend = ScriptedBackend([{"match": "can you do", "reply": [{"tool_call": {"name": "list_animations",
+                                                                               "arguments": {}}}],
+                                "after_tool": [{"text": "I can nod."}]}])
+    registry = ToolRegistry([LIST])
+    loop, _ = _loop(backend, registry)
+    conv = Conversation("sys", history="memory")
+    res = loop.run(conv, conv.user_message("what can you do?"), registry.openai_tools(), enable_thinking=False,
+                   cancel=threading.Event())
+    assert backend.requests[1]["messages"][-1]["content"] == "Your animations: nod (Nod yes); shake head."
+    assert res.text == "I can nod."
+
+
+def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():
+    conv = Conversation("sys", history="memory", memory_turns=2)
+    conv.commit([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello! I'm Bolt."}],
+                TurnRecord("hi", "Hello! I'm Bolt.", []))
+    conv.commit([{"role": "user", "content": "dance"}], TurnRecord("dance", "Ta-da!", ["you played your dance "
+                                                                                       "animation"]))
+    conv.commit([{"role": "user", "content": "look left"}], TurnRecord("look left", "Looking left.",
+                                                                       ["you looked left"]))
+    msg = conv.user_message("one more time", "What you see: a cat")
+    assert msg["content"] == ('[Earlier in this conversation (oldest first):\n'
+                              '- They said "dance"; you played your dance animation.\n'
+                              '- They said "look left"; you looked left.]\n'
+                              '[What you see: a cat]\none more time')
+    assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, msg]  # no verbatim history
+    # verbatim mode, the negative control: the earlier messages are there, no memory block
+    conv.history_mode = "verbatim"
+    assert len(conv.messages([msg])) == 2 + len(conv.history) and "Earlier" not in conv.user_message("x")["content"]
+
+
+def test_scoring_flags_what_a_person_notices():
+    assert is_claim("Sure, I can dance for you!") and is_claim("I'm looking to your left!") and is_claim("I nodded.")
+    assert not is_claim("I am looking forward to it.") and not is_claim("I like dancing.")
+    assert is_meta("The tool is successfully executed, and the robot performed the dance.")
+    assert not is_meta("Paris is the capital of France.")
+    assert is_echo("Nod if you agree.", "Nod if you agree.")
+    assert is_echo("Look to your left! How can I assist you today?", "Look to your left.")
+    assert not is_echo("Hello! I'm Bolt.", "Hi there! Who are you?") and not is_echo("Good morning!", "Good morning!")
+    assert is_repeat("Hello! I'm Bolt, your robot friend.", ["Hi.", "Hello! I'm Bolt, your robot friend!"])
+    assert not is_repeat("Looking left.", ["Looking right."])
+    turn = {"say": "Can you dance?", "expect": {"tool": "play_animation", "args": {"name": "dance"}}}
+    good = score_turn(turn, "Ta-da!", [("play_animation", {"name": "dance", "speed": 1.0})], True, [])
+    assert good.right
+    bad = score_turn(turn, "Sure, I can dance for you!", [], False, [])  # words, no call: two failures
+    assert not bad.right and bad.claim and not bad.call_ok
+    assert call_matches([None, {"tool": "list_animations"}], []) and not call_matches("none", [None])
+    q = {"say": "Capital of France?", "expect": "none", "answer": ["paris"]}
+    assert score_turn(q, "It is Paris.", [], False, []).right and not score_turn(q, "Lyon.", [], False, []).right
