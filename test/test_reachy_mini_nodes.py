@@ -25,7 +25,7 @@ from bolt_ros.nodes.motion_server import MotionServer, MotionServerConfig
 from bolt_ros.nodes.sim_robot import msg_to_pose, pose_to_msg
 from bolt_ros.robot import JOINT_NAMES
 from bolt_ros.robot.reachy_mini.convert import REAL_JOINT_NAMES
-from bolt_ros.robot.reachy_mini.daemon import free_port, get_json
+from bolt_ros.robot.reachy_mini.daemon import free_port, get_json, post_json
 
 pytest.importorskip("reachy_mini", reason="scripts/setup_reachy_mini.sh installs the SDK")
 import reachy_mini_fixtures
@@ -142,6 +142,24 @@ def test_clamp_mode_moves_to_the_limit_and_never_past_it(ros, mini):
     assert res.status == GoalStatus.STATUS_ABORTED and "did not reach the target: head_yaw" in res.result.message
     assert seen[:, JOINT_NAMES.index("head_yaw")].min() > -1.1344 - TOLERANCE
     ros.result(goto(ros, mini, pose(), 0.8)[1], 10.0, "back to neutral")
+
+
+def test_a_daemon_side_move_is_followed_then_preempted_by_our_goal(ros, mini):
+    """The trap: while a move runs inside the daemon (another app's goto, a wake-up) it ignores set_target without
+    a word. Our bridge follows the robot while idle, and a goal stops such moves before it streams."""
+    port = mini.robot.link.port
+    ros.result(goto(ros, mini, pose(), 0.5)[1], 10.0, "neutral")
+    post_json("127.0.0.1", port, "/api/move/goto", {"head_pose": {"yaw": 0.5}, "duration": 3.0})
+    yaw = JOINT_NAMES.index("head_yaw")
+    wait_for(lambda: ours(mini.states[-1])[yaw] > 0.15, 3.0, "the daemon-side move turning the head")
+    target = pose(head_pitch=0.2, head_yaw=-0.3)
+    n = len(mini.states)
+    res = ros.result(goto(ros, mini, target, 0.6)[1], 10.0, "our goal over the daemon's move")
+    assert res.status == GoalStatus.STATUS_SUCCEEDED, res.result.message
+    assert np.max(np.abs(msg_to_pose(res.result.reached) - target)) < TOLERANCE
+    assert get_json("127.0.0.1", port, "/api/move/running") == []
+    steps = np.abs(np.diff([ours(m)[yaw] for m in mini.states[n:]]))
+    assert steps.max() < 0.1  # it started where the robot was: no jump back to a stale command
 
 
 def test_cancel_stops_the_robot_where_it_is(ros, mini):

@@ -25,14 +25,16 @@ class LinkedController(MotionController):
     """A MotionController that refuses to start motions while the robot is unreachable, and that the bridge can
     re-sync to the measured pose and abort when the robot goes away."""
 
-    def __init__(self, initial: np.ndarray, unavailable: Callable[[], str]):
+    def __init__(self, initial: np.ndarray, unavailable: Callable[[], str], before_start: Callable[[], None]):
         super().__init__(initial)
         self._unavailable = unavailable  # "" when the robot is there, else why not
+        self._before_start = before_start
 
     def start(self, build: Callable[[np.ndarray], Trajectory], label: str) -> Motion:
         why = self._unavailable()
         if why:
             raise RobotUnavailable(why)
+        self._before_start()
         return super().start(build, label)
 
     def current(self) -> Motion | None:
@@ -40,9 +42,10 @@ class LinkedController(MotionController):
             return self._motion
 
     def resync(self, pose: np.ndarray) -> None:
-        """Start commanding from where the robot is (after a (re)connection): never jump to a stale command."""
+        """Take the robot's measured pose as the command while idle: the next motion starts there, no jump."""
         with self._lock:
-            self._pose, self._velocity = pose.astype(float).copy(), np.zeros_like(self._pose)
+            if self._motion is None:  # a motion that started meanwhile owns the pose
+                self._pose, self._velocity = pose.astype(float).copy(), np.zeros_like(self._pose)
 
     def abort(self, reason: str) -> None:
         """End the running motion with `reason` (its goal is aborted with it)."""
@@ -72,9 +75,15 @@ class ReachyBridge:
     def __init__(self, link: ReachyLink, robot: RobotConfig, max_offset_m: float, log: Callable[[str], None]):
         self.link, self.robot, self.log = link, robot, log
         self.envelope = Envelope(robot, max_offset_m)
-        self.controller = LinkedController(robot.neutral_pose(), self.unavailable)
+        self.controller = LinkedController(robot.neutral_pose(), self.unavailable, self._stop_daemon_moves)
         self._generation = 0
         self._last_sent: tuple | None = None
+
+    def _stop_daemon_moves(self) -> None:
+        """A move running inside the daemon (another app's, a wake-up) makes it ignore our set_target without a
+        word: our goal preempts it, as a newer goal preempts ours."""
+        for uuid in self.link.stop_daemon_moves():
+            self.log(f"stopped the daemon-side move {uuid} to run our goal")
 
     def unavailable(self) -> str:
         return "" if self.link.connected else f"the robot is not available: {self.link.error}"
@@ -88,12 +97,17 @@ class ReachyBridge:
                 self.controller.abort(f"aborted: {self.link.lost_reason or self.link.error}")
             self._last_sent = None
             return None
-        if self.link.generation != self._generation:  # a fresh connection: command from where the robot is
+        if self.link.generation != self._generation:  # a fresh connection: any motion was aborted with the old one
             self._generation = self.link.generation
-            start, _, _ = self.envelope.guard(measured.pose, None)
-            self.controller.resync(start)
         pose, _ = self.controller.state()
         motion = self.controller.current()
+        if motion is None:
+            # Idle: follow the robot without commanding it (it may be settling on our last target, or moved by a
+            # daemon-side move or a hand), so the next motion starts where the robot is, never with a jump.
+            start, _, _ = self.envelope.guard(measured.pose, None)
+            self.controller.resync(start)
+            self._last_sent = None
+            return measured
         offset = None
         if motion is not None and hasattr(motion.trajectory, "offset"):
             offset = motion.trajectory.offset(motion.elapsed(self.controller.now()))

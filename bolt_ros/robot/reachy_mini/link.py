@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bolt_ros.robot.reachy_mini.convert import from_sdk, to_sdk
+from bolt_ros.robot.reachy_mini.daemon import get_json, post_json
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -96,6 +97,17 @@ class ReachyLink:
         except Exception as e:  # ConnectionError, websockets' ConnectionClosed: the daemon went away
             self._mark_lost(f"lost the Reachy Mini daemon at {self.host}:{self.port}: {type(e).__name__}: {e}")
             return False
+
+    def stop_daemon_moves(self) -> list[str]:
+        """Stop every move running inside the daemon (REST /api/move/running, /api/move/stop); their uuids."""
+        stopped = []
+        try:
+            for move in get_json(self.host, self.port, "/api/move/running", timeout=1.0):
+                post_json(self.host, self.port, "/api/move/stop", {"uuid": move["uuid"]}, timeout=1.0)
+                stopped.append(move["uuid"])
+        except (OSError, ValueError) as e:  # it may have ended between the two calls (HTTP 500): nothing to stop
+            self.log(f"could not check the daemon's running moves: {e}")
+        return stopped
 
     def _mark_lost(self, why: str) -> None:
         with self._lock:
