@@ -93,6 +93,8 @@ def main() -> int:
     ap.add_argument("--llama-server", action="store_true",
                     help="the default chat model served by llama.cpp's llama-server (2 threads) behind the openai "
                          "backend, instead of the embedded engine")
+    ap.add_argument("--instant-llm", action="store_true",
+                    help="a scripted backend that answers at once (what the voice stages cost without the model)")
     ap.add_argument("--turn-timeout", type=float, default=30.0)
     args = ap.parse_args()
     out = Path(args.out)
@@ -100,6 +102,7 @@ def main() -> int:
     wav_dir = out.parent / (out.name + "_wavs")
     wav_dir.mkdir(exist_ok=True)
     items = make_wavs(wav_dir, args.n)
+    load_before = os.getloadavg()[0]
     updates = {k: v for k, v in (("backend.kind", args.backend), ("backend.model_path", args.model)) if v}
     server = None
     if args.llama_server:
@@ -107,6 +110,9 @@ def main() -> int:
         from bolt_ros.engine.default_models import resolve_model
         server = LlamaServer(resolve_model(args.model or "default-chat"), threads=2, extra=["--jinja"]).__enter__()
         updates = {"backend.kind": "openai", "backend.base_url": server.url + "/v1"}
+    if args.instant_llm:
+        updates = {"backend.kind": "scripted",
+                   "backend.script": '[{"match": ".", "reply": [{"text": "Sure, I can do that for you. "}]}]'}
     graph = Graph(product_config(**updates), domain_id=random.randint(1, 200))
     rec = SpeechRecognizer(RecognizerConfig(), context=graph.context)
     synth = SpeechSynthesizer(SynthesizerConfig(), context=graph.context)
@@ -167,10 +173,12 @@ def main() -> int:
     machine = _cpu()
     result = {"machine": machine, "cores": os.cpu_count(), "python": platform.python_version(),
               "backend": {k: v for k, v in updates.items() if k != "backend.base_url"} or "config/assistant.yaml",
-              "llm": "llama-server" if server else "embedded", "turns": len(rows), "with_audio": len(done),
-              "summary_ms": summary, "rows": rows}
+              "llm": "llama-server" if server else "instant (scripted)" if args.instant_llm else "embedded",
+              "load_avg_1min": [load_before, os.getloadavg()[0]],   # a shared machine's other work shows here
+              "turns": len(rows), "with_audio": len(done), "summary_ms": summary, "rows": rows}
     Path(f"{out}.json").write_text(json.dumps(result, indent=1))
-    print(f"\n{machine}, {os.cpu_count()} cores; {len(done)}/{len(rows)} turns reached first audio")
+    print(f"\n{machine}, {os.cpu_count()} cores, load {load_before:.1f} -> {os.getloadavg()[0]:.1f}; "
+          f"{len(done)}/{len(rows)} turns reached first audio")
     for k in STAGES:
         print(f"  {k:18s} p50 {summary[k]['p50']:7.0f}  p90 {summary[k]['p90']:7.0f}")
     _plot(done, f"{out}.png", machine)

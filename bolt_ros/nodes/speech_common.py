@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from bolt_ros.assistant.config import load_params_file, unflatten
 from bolt_ros.msg import AudioChunk
 from bolt_ros.nodes.common import flatten_config
-from bolt_ros.voice.config import RecognizerConfig, SynthesizerConfig
+from bolt_ros.voice.config import RecognizerConfig, SpeechMotionConfig, SynthesizerConfig
 
-RECOGNIZER, SYNTHESIZER = "speech_recognizer", "speech_synthesizer"
+RECOGNIZER, SYNTHESIZER, MOTION = "speech_recognizer", "speech_synthesizer", "speech_motion"
 AUDIO_MODES = ("device", "topic")   # the laptop's mic and speaker | a robot's audio/in and audio/out
 
 
@@ -49,13 +49,14 @@ def chunk_samples(msg: AudioChunk) -> np.ndarray:
 
 
 def voice_parameters(path: str | Path, audio: str) -> dict[str, dict[str, Any]]:
-    """{node name: flat ROS parameters} of both voice nodes, complete and validated, with audio:=device turning
+    """{node name: flat ROS parameters} of the voice nodes, complete and validated, with audio:=device turning
     the sources to the microphone and the speaker. ValueError names the file and the problem."""
     if audio not in AUDIO_MODES:
         raise ValueError(f"audio:={audio!r}: expected one of {', '.join(AUDIO_MODES)}")
     out = {}
     for node, model, device in ((RECOGNIZER, RecognizerConfig, {"source": "microphone"}),
-                                (SYNTHESIZER, SynthesizerConfig, {"output": "speaker"})):
+                                (SYNTHESIZER, SynthesizerConfig, {"output": "speaker"}),
+                                (MOTION, SpeechMotionConfig, {})):
         params = load_params_file(path, node) | (device if audio == "device" else {})
         try:
             out[node] = flatten_config(model.model_validate(unflatten(params)))

@@ -84,3 +84,29 @@ class SynthesizerConfig(_Strict):
     device: str = ""                           # output: speaker; "" = the default output device
     block_ms: int = Field(20, gt=0, le=100)    # playback granularity: a barge-in stops within one block
     topics: SynthesizerTopics = SynthesizerTopics()
+
+
+class SwayConfig(_Strict):
+    """Head and antenna movement that follows the robot's own voice (as the Reachy Mini conversation app's
+    head wobbler does), in degrees around the pose the robot holds when it starts speaking."""
+    enabled: bool = True
+    rate_hz: float = Field(10.0, gt=0.0, le=50.0)    # goto_pose goals per second while speaking
+    lag_ms: int = Field(200, ge=0)                   # the head follows the voice this late (looks natural)
+    pitch_deg: float = Field(4.0, ge=0.0, le=10.0)   # peak offsets at full loudness
+    roll_deg: float = Field(3.0, ge=0.0, le=10.0)
+    yaw_deg: float = Field(3.0, ge=0.0, le=10.0)
+    antenna_deg: float = Field(12.0, ge=0.0, le=30.0)
+    quiet_db: float = -50.0                          # voice level mapped to no movement ...
+    loud_db: float = -15.0                           # ... and to the full offsets
+
+
+class SwayTopics(_Strict):
+    playback: str = "audio/out"
+    joint_states: str = "joint_states"
+    goto: str = "goto_pose"                          # GotoPose action: the motion server's limits apply
+    busy_actions: list[str] = Field(default_factory=lambda: ["goto_pose", "play_animation"])  # tool motion: yield
+
+
+class SpeechMotionConfig(_Strict):
+    sway: SwayConfig = SwayConfig()
+    topics: SwayTopics = SwayTopics()
