@@ -167,7 +167,7 @@ def main() -> int:
         graph.close()
         if server is not None:
             server.__exit__()
-    done = [r for r in rows if r["first_audio_ms"] is not None]
+    done = [r for r in rows if r["first_audio_ms"] is not None and r["first_audio_ms"] >= 0]
     summary = {k: {"p50": pct([r[k] for r in done if r[k] >= 0], 50), "p90": pct([r[k] for r in done if r[k] >= 0], 90)}
                for k in STAGES}
     machine = _cpu()

@@ -26,6 +26,7 @@ from bolt_ros.voice.audio import Pcm
 from bolt_ros.voice.config import SynthesizerConfig
 
 END_OF_SPEECH_MAX_AGE_S = 30.0   # a SPEECH_END older than this when a transcript comes belongs to no turn
+SILENT_TURN_WAIT_S = 1.0         # after the assistant's idle, a turn with no sentence yet said nothing
 
 
 @dataclass
@@ -126,14 +127,20 @@ class SpeechSynthesizer(Node):
                 if self._turn is not None and self._turn.t_first_token is None:
                     self._turn.t_first_token = from_stamp(ev.stamp)
         elif ev.type == AssistantEvent.STATE and ev.state == AssistantEvent.STATE_IDLE:
-            # a turn that said nothing: its stages so far, first_audio_ms -1 (an interrupted turn's idle comes before
-            # the next turn's first token: only an idle after this turn's first output is this turn's)
+            # a turn that said nothing gets its stages so far (first_audio_ms -1); decided a moment later, as its
+            # sentences travel on another topic and may arrive after this event. An interrupted turn's idle comes
+            # before the next turn's first output: only an idle after this turn's first output is this turn's.
             with self._lock:
-                t = self._turn
-                turn = t if t is not None and t.t_first_token is not None and t.t_first_sentence is None else None
-                self._turn = None if turn is not None else self._turn
+                turn = self._turn if self._turn is not None and self._turn.t_first_token is not None else None
             if turn is not None:
-                self._publish_stats(turn)
+                threading.Timer(SILENT_TURN_WAIT_S, self._silent_turn, args=(turn,)).start()
+
+    def _silent_turn(self, turn: TurnTimes) -> None:
+        with self._lock:
+            if self._turn is not turn or turn.t_first_sentence is not None:
+                return
+            self._turn = None
+        self._publish_stats(turn)
 
     def stop(self, why: str, *, mute: bool) -> None:
         """Drop everything of the current turn (the playing block finishes; nothing after it plays)."""
