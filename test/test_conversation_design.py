@@ -97,14 +97,15 @@ def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():
     conv.commit([{"role": "user", "content": "look left"}], TurnRecord("look left", "Looking left.",
                                                                        ["you looked left"]))
     msg = conv.user_message("one more time", "What you see: a cat")
-    assert msg["content"] == ('[Earlier in this conversation (oldest first):\n'
-                              '- They said "dance"; you played your dance animation.\n'
-                              '- They said "look left"; you looked left.]\n'
-                              '[What you see: a cat]\none more time')
-    assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, msg]  # no verbatim history
-    # verbatim mode, the negative control: the earlier messages are there, no memory block
+    assert msg["content"] == "[What you see: a cat]\none more time"
+    memory = ('Earlier in this conversation (oldest first):\n'
+              '- They said "dance"; you played your dance animation.\n'
+              '- They said "look left"; you looked left.')
+    assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, {"role": "system", "content": memory},
+                                    msg]  # no verbatim history
+    # verbatim mode, the negative control: the earlier messages are there, no memory
     conv.history_mode = "verbatim"
-    assert len(conv.messages([msg])) == 2 + len(conv.history) and "Earlier" not in conv.user_message("x")["content"]
+    assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, *conv.history, msg]
 
 
 def test_scoring_flags_what_a_person_notices():

@@ -85,13 +85,13 @@ class Conversation:
     """System prompt, the turns so far, and how they are shown to the model.
 
     `history="verbatim"`: the earlier turns' messages as they were (calls, tool results, replies), bounded by
-    `max_messages`. `history="memory"`: no earlier messages; instead the user message of each turn opens with a
-    short memory of the last `memory_turns` turns (what the person said, what the robot answered or did). Measured
+    `max_messages`. `history="memory"`: no earlier messages; instead a second system message holds a short memory of
+    the last `memory_turns` turns (what the person said, what the robot answered or did). Measured
     on the default 0.5B model (bench/bench_conversation.py, docs/conversation.md): shown its own earlier replies
     verbatim, it answers later requests in words, claims motions it never made and copies replies; with each turn
     shaped like a fresh conversation it keeps its single-turn behaviour, and the memory keeps follow-ups ("one more
     time", "the other way") answerable. The prompt prefix (system prompt and tools) stays the same every turn, so
-    the engine's prefix reuse still prefills only the new user message.
+    the engine's prefix reuse still prefills only the memory and the new user message.
     """
 
     def __init__(self, system_prompt: str, max_messages: int = 16, *, history: str = "verbatim",
@@ -103,8 +103,7 @@ class Conversation:
         self.records: list[TurnRecord] = []
 
     def user_message(self, utterance: str, scene: str = "") -> dict:
-        blocks = [b for b in (self.memory() if self.history_mode == "memory" else "", scene) if b]
-        content = "".join(f"[{b}]\n" for b in blocks) + utterance
+        content = f"[{scene}]\n{utterance}" if scene else utterance
         return {"role": "user", "content": content}
 
     def memory(self) -> str:
@@ -125,9 +124,14 @@ class Conversation:
         return [r.reply for r in self.records[-n:] if r.reply]
 
     def messages(self, pending: list[dict] = ()) -> list[dict]:
-        """The full prompt: system, history (verbatim mode), then the messages of the turn in progress."""
-        history = self.history if self.history_mode == "verbatim" else []
-        return [{"role": "system", "content": self.system_prompt}, *history, *pending]
+        """The full prompt: system, then the history (verbatim mode) or the memory (a second system message: the
+        0.5B model copied a memory placed in the user message into its reply), then the turn in progress."""
+        if self.history_mode == "verbatim":
+            earlier = self.history
+        else:
+            memory = self.memory()
+            earlier = [{"role": "system", "content": memory}] if memory else []
+        return [{"role": "system", "content": self.system_prompt}, *earlier, *pending]
 
     def fitted(self, pending: list[dict], fits: Callable[[list[dict]], bool]) -> list[dict]:
         """messages(pending), after dropping the oldest whole turns until fits(prompt) holds (the prompt must fit

@@ -8,6 +8,7 @@ instead of starting a new cache.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import threading
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from bolt_ros.assistant.backend import (
 )
 from bolt_ros.engine.decode.chat_session import ChatSession, ChatStats
 from bolt_ros.engine.decode.sampling import SamplingParams
-from bolt_ros.engine.text.chat_format import TextEvent, ThoughtEvent, ToolCallEvent
+from bolt_ros.engine.text.chat_format import ChatFormatError, TextEvent, ThoughtEvent, ToolCallEvent
 
 
 class EmbeddedBackend:
@@ -100,7 +101,19 @@ class EmbeddedBackend:
                 m = {"role": "assistant", "content": f"{m['content']}\n{text}" if m.get("content") else text}
             out.append(m)
         self._bare = {k: v for k, v in self._bare.items() if k in seen}  # calls no longer in the history go
-        return out
+        return out if self._later_system_ok else _fold_later_system(out)
+
+    @functools.cached_property
+    def _later_system_ok(self) -> bool:
+        """Whether the model's chat format takes a system message after the first (the conversation's memory):
+        Qwen's does; Gemma 3's has no such role."""
+        probe = [{"role": "system", "content": "a"}, {"role": "system", "content": "b"},
+                 {"role": "user", "content": "c"}]
+        try:
+            self.engine.chat_format.render(probe)
+        except (ChatFormatError, ValueError, RuntimeError):  # a template's raise_exception, whatever its type
+            return False
+        return True
 
     def _convert(self, ev) -> BackendEvent:
         if isinstance(ev, TextEvent):
@@ -119,3 +132,17 @@ class EmbeddedBackend:
             del stats["text"]  # the reply itself already went out as TextDeltas
             return Finished(stats)
         raise BackendError(f"embedded backend: unexpected engine event {type(ev).__name__}")
+
+
+def _fold_later_system(messages: list[dict]) -> list[dict]:
+    """System messages after the first, put in brackets at the top of the next user message instead."""
+    out, held = [], []
+    for i, m in enumerate(messages):
+        if i and m.get("role") == "system":
+            held.append(m["content"])
+        elif held and m.get("role") == "user":
+            out.append({**m, "content": "".join(f"[{h}]\n" for h in held) + m["content"]})
+            held = []
+        else:
+            out.append(m)
+    return out
