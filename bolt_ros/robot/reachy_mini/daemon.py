@@ -54,6 +54,15 @@ def post_json(host: str, port: int, path: str, body: dict | None = None, timeout
         return json.loads(r.read() or b"null")
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when we die, even by SIGKILL (Linux), so no simulator outlives us."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class SimDaemon:
     """One simulated Reachy Mini. `port=0` picks a free port. sleep_on_stop=False skips the daemon's ~5 s walk to
     its sleep pose at exit (tests)."""
@@ -84,7 +93,7 @@ class SimDaemon:
         self._out = out
         # own process group: a Ctrl-C in our terminal reaches us, and we stop the daemon in order
         self.proc = subprocess.Popen(self.command(), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_die_with_parent)
         self.wait_ready(timeout)
         return self
 
