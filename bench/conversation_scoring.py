@@ -4,7 +4,8 @@ A turn is right when it made the expected call (tool and arguments, after the ro
 its reply has the expected answer (where the script gives one), and the reply shows none of the failures a person
 notices in a companion robot:
 - claim: it says it did, does or will do a motion that no call in this turn did ("Sure, I can dance for you!");
-- meta: it talks about tools, functions, JSON, results or "the robot" in the third person;
+- meta: it talks about tools, functions, JSON, "the robot" in the third person, or the prompt itself ("Based on the
+  conversation, ...", a memory note copied out);
 - echo: it repeats the person's words back;
 - repeat: it repeats a reply of an earlier turn of the same conversation.
 """
@@ -28,7 +29,10 @@ _CLAIMS = [
 ]
 CLAIM = re.compile("|".join(f"(?:{p})" for p in _CLAIMS), re.IGNORECASE)
 META = re.compile(r"\b(tools?|functions?|json|api|arguments?|parameters?|executed|successfully called)\b"
-                  r"|\bthe robot\b|\bthe (animation|tool) (is|was|has)\b", re.IGNORECASE)
+                  r"|\bthe robot\b|\bthe (animation|tool) (is|was|has)\b"
+                  # the prompt's own scaffolding read out: "Based on the conversation, ...", a copied memory note
+                  r"|\b(based on|according to|in) (the|this|our) conversation\b|\bthey said\b|\boldest first\b",
+                  re.IGNORECASE)
 
 
 def norm(text: str) -> str:

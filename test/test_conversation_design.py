@@ -101,8 +101,17 @@ def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():
     memory = ('Earlier in this conversation (oldest first):\n'
               '- They said "dance"; you played your dance animation.\n'
               '- They said "look left"; you looked left.')
+    # no verbatim history, but the last turn as it was when it acted
     assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, {"role": "system", "content": memory},
-                                    msg]  # no verbatim history
+                                    msg]
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "look_right", "arguments": {}}}]}
+    acted = [{"role": "user", "content": "look right"}, call,
+             {"role": "tool", "tool_call_id": "c1", "name": "look_right", "content": "You looked right."},
+             {"role": "assistant", "content": "Looking right."}]
+    conv.commit(acted, TurnRecord("look right", "Looking right.", ["you looked right"]))
+    shown = conv.messages([msg])
+    assert shown[2:] == [*acted, msg] and "look right" not in shown[1]["content"]
     # verbatim mode, the negative control: the earlier messages are there, no memory
     conv.history_mode = "verbatim"
     assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, *conv.history, msg]
@@ -112,6 +121,7 @@ def test_scoring_flags_what_a_person_notices():
     assert is_claim("Sure, I can dance for you!") and is_claim("I'm looking to your left!") and is_claim("I nodded.")
     assert not is_claim("I am looking forward to it.") and not is_claim("I like dancing.")
     assert is_meta("The tool is successfully executed, and the robot performed the dance.")
+    assert is_meta("According to the conversation, there are 7 days in a week.")
     assert not is_meta("Paris is the capital of France.")
     assert is_echo("Nod if you agree.", "Nod if you agree.")
     assert is_echo("Look to your left! How can I assist you today?", "Look to your left.")

@@ -106,10 +106,11 @@ class Conversation:
         content = f"[{scene}]\n{utterance}" if scene else utterance
         return {"role": "user", "content": content}
 
-    def memory(self) -> str:
-        """The last turns in a few words each; "" before the first."""
+    def memory(self, skip_last: bool = False) -> str:
+        """The last turns in a few words each (but the very last with skip_last); "" before the first."""
         lines = []
-        for r in self.records[-self.memory_turns:]:
+        records = self.records[:-1] if skip_last else self.records
+        for r in records[-self.memory_turns:]:
             acts = " and ".join(r.done)
             if acts:
                 what = acts
@@ -129,9 +130,18 @@ class Conversation:
         if self.history_mode == "verbatim":
             earlier = self.history
         else:
-            memory = self.memory()
+            # the last turn stays as it was when it acted (its call as the model wrote it): "one more time" and
+            # "the other way" refer to it, and without it the model copied the memory note instead of calling
+            last = self._last_turn()
+            last = last if any(m.get("tool_calls") for m in last) else []
+            memory = self.memory(skip_last=bool(last))
             earlier = [{"role": "system", "content": memory}] if memory else []
+            earlier += last
         return [{"role": "system", "content": self.system_prompt}, *earlier, *pending]
+
+    def _last_turn(self) -> list[dict]:
+        start = max((i for i, m in enumerate(self.history) if m["role"] == "user"), default=len(self.history))
+        return self.history[start:]
 
     def fitted(self, pending: list[dict], fits: Callable[[list[dict]], bool]) -> list[dict]:
         """messages(pending), after dropping the oldest whole turns until fits(prompt) holds (the prompt must fit

@@ -94,8 +94,13 @@ class ToolRouter:
             fields = tool.request_fields(args)
             run = self._run_action if tool.spec.kind == "action" else self._run_service
             content = run(tool, fields, cancel, t0)
-            out = ToolOutcome(call.id, call.name, True, json.dumps(content), done=tool.done_text(args),
-                              say=tool.say_lines(args), text=tool.result_for_model(content.get("result", {})))
+            done = tool.done_text(args)
+            # what the model reads back: the result in the tool's words, or for a motion that speaks its own line
+            # (no words round reads it) what it did, as the conversation's last turn shows it
+            text = tool.result_for_model(content.get("result", {})) or (f"{done[0].upper()}{done[1:]}."
+                                                                         if tool.spec.say else "")
+            out = ToolOutcome(call.id, call.name, True, json.dumps(content), done=done, say=tool.say_lines(args),
+                              text=text)
         except ToolError as e:
             out = ToolOutcome(call.id, call.name, False, error=str(e))
         except Exception as e:  # a router bug must not take the node down; the model and the log both see it
