@@ -55,6 +55,10 @@ def test_envelope_never_lets_a_target_out():
     lower, upper, _ = CONFIG.limits.arrays()
     assert np.all(safe >= lower) and np.all(safe <= upper) and np.all(np.abs(offset) <= 0.04)
     assert env.guard(pose(head_yaw=0.5), None)[2] == []
+    # and no target jumps faster than our velocity limits from the one sent before it
+    limited, slowed = env.limit_step(pose(head_yaw=1.0, head_roll=0.01), pose(), 0.01)
+    assert slowed == ["head_yaw"] and limited[JOINT_NAMES.index("head_yaw")] == pytest.approx(4.0 * 0.01 * 1.25)
+    assert env.limit_step(pose(head_yaw=0.03), pose(), 0.01)[1] == []
 
 
 def test_dances_are_sampled_inside_our_limits():
@@ -63,10 +67,13 @@ def test_dances_are_sampled_inside_our_limits():
     moves = DanceMoves(CONFIG, max_offset_m=0.04)
     entries = moves.entries()
     assert len(entries) == 20 and all(2.0 < e.duration < 6.0 for e in entries)
-    lower, upper, _ = CONFIG.limits.arrays()
+    lower, upper, vmax = CONFIG.limits.arrays()
     start = pose(body_yaw=0.5, head_yaw=-0.8)
     for e in entries:
         traj = e.build(start, 1.0)
+        # our velocity limits too: grid_snap is square waves, ~23x faster than our head limit as written
+        assert np.all(np.abs(np.diff(traj.poses, axis=0)) <= vmax * traj.dt + 1e-12), e.name
+        np.testing.assert_allclose(traj.final[:5], moves.tables[e.name][0][-1][:5])  # it ends where written
         np.testing.assert_allclose(traj.sample(0.0)[0], start)  # starts where the robot is: no jump
         for t in np.linspace(0, traj.duration, 60):
             p, _ = traj.sample(t)

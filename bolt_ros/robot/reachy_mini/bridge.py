@@ -55,9 +55,20 @@ class LinkedController(MotionController):
 
 
 class Envelope:
+    VELOCITY_MARGIN = 1.25  # our trajectories peak exactly at the limits; sampling jitter must not trip the guard
+
     def __init__(self, robot: RobotConfig, max_offset_m: float):
-        self.lower, self.upper, _ = robot.limits.arrays()
+        self.lower, self.upper, self.max_velocity = robot.limits.arrays()
         self.max_offset_m = max_offset_m
+
+    def limit_step(self, pose: np.ndarray, previous: np.ndarray | None, dt: float) -> tuple[np.ndarray, list[str]]:
+        """pose moved at most max_velocity x dt from the previous target sent (none: nothing to compare), and the
+        joints that had to be slowed. Planned motions never need it; it stops a jump whatever its cause."""
+        if previous is None:
+            return pose, []
+        step = self.max_velocity * max(dt, 1e-3) * self.VELOCITY_MARGIN
+        limited = previous + np.clip(pose - previous, -step, step)
+        return limited, [JOINT_NAMES[i] for i in np.flatnonzero(np.abs(limited - pose) > 1e-12)]
 
     def guard(self, pose: np.ndarray, offset: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, list[str]]:
         """(pose, offset) clipped into the envelope, and the joints that had to be clipped."""
@@ -77,7 +88,8 @@ class ReachyBridge:
         self.envelope = Envelope(robot, max_offset_m)
         self.controller = LinkedController(robot.neutral_pose(), self.unavailable, self._stop_daemon_moves)
         self._generation = 0
-        self._last_sent: tuple | None = None
+        self._last_sent: tuple | None = None  # what was sent last (None: nothing since idle or connecting)
+        self._last_pose: tuple[np.ndarray, float] = (robot.neutral_pose(), 0.0)  # its pose and when
 
     def _stop_daemon_moves(self) -> None:
         """A move running inside the daemon (another app's, a wake-up) makes it ignore our set_target without a
@@ -99,6 +111,7 @@ class ReachyBridge:
             return None
         if self.link.generation != self._generation:  # a fresh connection: any motion was aborted with the old one
             self._generation = self.link.generation
+        now = self.controller.now()  # when the command is sampled (next line): the velocity guard's clock
         pose, _ = self.controller.state()
         motion = self.controller.current()
         if motion is None:
@@ -112,11 +125,14 @@ class ReachyBridge:
         if motion is not None and hasattr(motion.trajectory, "offset"):
             offset = motion.trajectory.offset(motion.elapsed(self.controller.now()))
         pose, offset, clipped = self.envelope.guard(pose, offset)
-        if clipped:
-            self.log(f"envelope clipped {', '.join(clipped)} before sending")
+        previous, then = self._last_pose if self._last_sent is not None else (None, now)
+        pose, slowed = self.envelope.limit_step(pose, previous, now - then)
+        if clipped or slowed:
+            self.log(f"envelope: clipped {', '.join(clipped) or 'nothing'}, slowed {', '.join(slowed) or 'nothing'}"
+                     " before sending")
         key = (pose.tobytes(), None if offset is None else offset.tobytes())
         if key != self._last_sent and self.link.send(pose, offset):
-            self._last_sent = key
+            self._last_sent, self._last_pose = key, (pose, now)
         return measured
 
     @staticmethod

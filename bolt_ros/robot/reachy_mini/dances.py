@@ -1,10 +1,11 @@
 """The 20 moves of Pollen's reachy-mini-dances-library as entries of our animation library.
 
 Each move is a function of time written for the real robot (head orientation and translation, antennas). We sample
-it once at 100 Hz into our pose space, clip every sample into OUR joint limits (the daemon refuses nothing, so the
-envelope is ours to keep), and play it as a trajectory: a velocity-limited lead-in from wherever the robot is to the
-move's first pose, then the samples. The body keeps its yaw (the moves do not turn it). The head translation a move
-asks for is carried beside the pose (`offset`), bounded by `max_offset_m`.
+it once at 100 Hz into our pose space, clip every sample into OUR joint limits and slew-limit the samples to our
+velocity limits (the daemon refuses nothing, so the envelope is ours to keep), and play it as a trajectory: a
+velocity-limited lead-in from wherever the robot is to the move's first pose, then the samples. The body keeps its
+yaw (the moves do not turn it). The head translation a move asks for is carried beside the pose (`offset`), bounded
+by `max_offset_m`.
 """
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ from bolt_ros.robot.reachy_mini.convert import ANT_L, ANT_R, BODY, PITCH, ROLL, 
 from bolt_ros.robot.trajectory import PROFILES, segment
 
 SAMPLE_HZ = 100.0
+
+
+def slew_limited(poses: np.ndarray, max_step: np.ndarray) -> np.ndarray:
+    """The samples [n, n_joints] with every joint's step between samples within max_step [n_joints] (our velocity
+    limits x the sample period): some moves are square waves (grid_snap jumps ~23x faster than our head limit) or
+    sharp jerks (yeah_nod ~9x). A jump becomes a ramp at the limit; samples are appended until the last pose is
+    reached, so the move ends where it was written to."""
+    out = [poses[0]]
+    for target in [*poses[1:], *([poses[-1]] * 10_000)]:
+        if len(out) >= len(poses) and np.array_equal(out[-1], poses[-1]):
+            break
+        out.append(out[-1] + np.clip(target - out[-1], -max_step, max_step))
+    return np.array(out)
 
 
 class DanceTrajectory:
@@ -85,8 +99,11 @@ class DanceMoves:
         poses, offsets = self.tables[name]
         poses = poses.copy()
         poses[:, BODY] = start[BODY]  # the moves do not turn the body: it stays where it is
+        dt = 1.0 / (SAMPLE_HZ * speed)
+        poses = slew_limited(poses, self.robot.limits.arrays()[2] * dt)
+        offsets = np.concatenate([offsets, np.repeat(offsets[-1:], len(poses) - len(offsets), axis=0)])
         lead_in, _ = segment(start, poses[0], 0.0, 0.3 / speed, "min_jerk", self.robot.limits)
-        return DanceTrajectory(lead_in, poses, offsets, 1.0 / (SAMPLE_HZ * speed))
+        return DanceTrajectory(lead_in, poses, offsets, dt)
 
     def entries(self) -> list[LibraryEntry]:
         neutral = self.robot.neutral_pose()
