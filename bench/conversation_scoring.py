@@ -26,6 +26,7 @@ _CLAIMS = [
     rf"\blet me\s+{MOTION}",
     r"\b(here i go|there you go|here you go|watch (me|this))\b",
     rf"^\s*(ok(ay)?|sure|alright|right)[,!. ]+\s*{MOTION}",
+    r"^\s*(looking|turning|nodding|dancing|shaking|waving|spinning)\b(?!\s+forward)",  # "Looking right." (no call)
 ]
 CLAIM = re.compile("|".join(f"(?:{p})" for p in _CLAIMS), re.IGNORECASE)
 META = re.compile(r"\b(tools?|functions?|json|api|arguments?|parameters?|executed|successfully called)\b"

@@ -111,7 +111,7 @@ def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():
              {"role": "assistant", "content": "Looking right."}]
     conv.commit(acted, TurnRecord("look right", "Looking right.", ["you looked right"]))
     shown = conv.messages([msg])
-    assert shown[2:] == [*acted, msg] and "look right" not in shown[1]["content"]
+    assert shown[2:] == [*acted[:3], msg] and "look right" not in shown[1]["content"]  # not its spoken line
     # verbatim mode, the negative control: the earlier messages are there, no memory
     conv.history_mode = "verbatim"
     assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, *conv.history, msg]
@@ -119,6 +119,7 @@ def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():
 
 def test_scoring_flags_what_a_person_notices():
     assert is_claim("Sure, I can dance for you!") and is_claim("I'm looking to your left!") and is_claim("I nodded.")
+    assert is_claim("Looking right.") and not is_claim("Looking forward to it!")
     assert not is_claim("I am looking forward to it.") and not is_claim("I like dancing.")
     assert is_meta("The tool is successfully executed, and the robot performed the dance.")
     assert is_meta("According to the conversation, there are 7 days in a week.")

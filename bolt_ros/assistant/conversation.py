@@ -133,7 +133,10 @@ class Conversation:
             # the last turn stays as it was when it acted (its call as the model wrote it): "one more time" and
             # "the other way" refer to it, and without it the model copied the memory note instead of calling
             last = self._last_turn()
-            last = last if any(m.get("tool_calls") for m in last) else []
+            # ... less the line it spoke after the call: shown "Looking left.", the model answered "Now the other
+            # way" with "Looking right." and no call
+            last = [m for m in last if m["role"] != "assistant" or m.get("tool_calls")] if any(
+                m.get("tool_calls") for m in last) else []
             memory = self.memory(skip_last=bool(last))
             earlier = [{"role": "system", "content": memory}] if memory else []
             earlier += last
