@@ -128,7 +128,7 @@ def test_link_reads_back_and_notices_a_hung_then_a_killed_daemon(reachy_daemon_f
         t0 = time.monotonic()
         while link.measured() is not None and time.monotonic() - t0 < 5:
             time.sleep(0.05)
-        assert "stopped answering" in link.error and 1.9 < time.monotonic() - t0 < 3.0
+        assert "stopped answering" in link.error and 1.9 < time.monotonic() - t0 < 3.5
         os.kill(daemon.proc.pid, signal.SIGCONT)
         deadline = time.monotonic() + 15
         while link.generation == generation and time.monotonic() < deadline:  # it reconnects by itself
@@ -142,7 +142,7 @@ def test_link_reads_back_and_notices_a_hung_then_a_killed_daemon(reachy_daemon_f
         while link.measured() is not None and time.monotonic() - t0 < 3:
             time.sleep(0.02)
         assert not link.connected and "connection closed" in link.error
-        assert time.monotonic() - t0 < 0.5  # a closed connection is noticed at once, not after stale_after_s
+        assert time.monotonic() - t0 < 1.0  # a closed connection is noticed at once, not after stale_after_s (2 s)
     finally:
         link.close()
 
