@@ -56,7 +56,9 @@ class SpeechRecognizer(Node):
         self._queued_s = 0.0
         self._asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
         self._spec: Future | None = None       # the speculative ASR of the current turn, started at its pause
-        self.counts = {"transcripts": 0, "empty": 0, "barge_ins": 0, "bad_blocks": 0, "dropped_s": 0.0}
+        self._turns_in_asr = 0                 # ended turns whose transcript is not out yet
+        self._feeding = False                  # the audio thread is on a block
+        self.counts = {"blocks": 0, "transcripts": 0, "empty": 0, "barge_ins": 0, "bad_blocks": 0, "dropped_s": 0.0}
         self._loop = NodeLoop(self._process, "speech-recognizer").start()
         self._source = None
         try:
@@ -85,6 +87,7 @@ class SpeechRecognizer(Node):
 
     def push(self, samples: np.ndarray, rate: int, channels: int, t_start: float) -> bool:
         """Queue interleaved int16 audio whose first sample was captured at t_start; False when it is refused."""
+        self.counts["blocks"] += 1
         try:
             check_format(rate, channels, len(samples))
         except AudioError as e:
@@ -119,11 +122,14 @@ class SpeechRecognizer(Node):
                 x, rate, t = self._blocks.get(timeout=0.1)
             except queue.Empty:
                 continue
+            self._feeding = True
             self._queued_s = max(0.0, self._queued_s - len(x) / rate)
             try:
                 self.feed(x, rate, t)
             except Exception as e:  # never let the audio thread die: report and go on with the next block
                 self._error(f"audio processing failed: {type(e).__name__}: {e}")
+            finally:
+                self._feeding = False
 
     def feed(self, x: np.ndarray, rate: int, t_start: float) -> None:
         """Mono float audio at `rate` through the resampler, VAD, echo gate and segmenter."""
@@ -153,9 +159,20 @@ class SpeechRecognizer(Node):
             self._event(AudioEvent.SPEECH_END, audio_time=ev.t_end_of_speech)
             fut, self._spec = self._spec or self._asr_pool.submit(self.asr.transcribe, ev.audio), None
             seconds = len(ev.audio) / 16000
+            self._turns_in_asr += 1
             fut.add_done_callback(lambda f: self._publish_transcript(f, seconds))
 
+    def busy(self) -> bool:
+        """Audio waiting, a turn in progress, or a turn's transcript not out yet."""
+        return self._feeding or not self._blocks.empty() or self.segmenter.in_speech or self._turns_in_asr > 0
+
     def _publish_transcript(self, fut: Future, seconds: float) -> None:
+        try:
+            self._publish_result(fut, seconds)
+        finally:
+            self._turns_in_asr -= 1
+
+    def _publish_result(self, fut: Future, seconds: float) -> None:
         if fut.cancelled():
             return
         try:
