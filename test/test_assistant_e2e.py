@@ -62,7 +62,9 @@ def test_default_chat_model_answers_through_the_graph(ros):
     from bolt_ros.nodes.sim_robot_nodes import make_sim_robot_nodes
 
     ros.add(*make_sim_robot_nodes(context=ros.context))
-    assistant = ros.add(AssistantNode(product_config(**GREEDY), context=ros.context))  # backend built from config
+    # backend built from config; verbatim history: this test replays the exact prompt and checks that the second
+    # turn reuses the first's cache (memory mode reuses the system prompt and tools: test_conversation_design.py)
+    assistant = ros.add(AssistantNode(product_config(**GREEDY, history="verbatim"), context=ros.context))
     probe = Probe(ros)
     probe.connected(assistant)
     probe.see("A person is in front of you, waving.")

@@ -55,11 +55,16 @@ EXTRA_TOOLS = """
 """
 
 
-def product_config(**updates) -> AssistantConfig:
-    """config/assistant.yaml plus the test tools."""
+def product_config(*, say: bool = False, **updates) -> AssistantConfig:
+    """config/assistant.yaml plus the test tools. Without `say`, the tools' own lines are off: these tests drive the
+    round that sends a tool's result back to the model for words (what a failed or a wordless tool still gets), which
+    a motion's line replaces in the product (test/test_bringup.py and test_conversation_design.py cover that)."""
     params = load_params_file(package_file("config/assistant.yaml"), "assistant_node")
     params["tools"] += EXTRA_TOOLS
-    return from_ros_parameters({**params, **updates})
+    cfg = from_ros_parameters({**params, **updates})
+    if not say:
+        cfg.tools = [t.model_copy(update={"say": []}) for t in cfg.tools]
+    return cfg
 
 
 class Probe:
