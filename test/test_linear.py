@@ -101,15 +101,17 @@ def test_fast_matches_exact_on_synthetic_types(t):
 
 
 @pytest.mark.parametrize("key", ["Q4_K", "Q5_0"])
-def test_prefill_rows_take_the_dense_bf16_path(real_ggufs, key):
-    """From DENSE_FROM_ROWS rows on, an int scheme multiplies by its GGUF weight rounded to bf16 (dequantized into the
-    shared workspace): the product equals F.linear on the bf16-rounded operands exactly, and stays at bf16 level."""
+def test_prefill_rows_take_the_dense_path(real_ggufs, key):
+    """From DENSE_FROM_ROWS rows on, an int scheme multiplies by its GGUF weight in prefill_dtype() (bf16 where the CPU
+    has native bf16, else fp32; dequantized into the shared workspace): the product equals F.linear on the rounded
+    operands exactly, and stays at bf16 level or better."""
     raw, t, shape = _real(real_ggufs, key, rows=64)
     layer = QuantLinear(raw, t, shape)
     rows = linear.DENSE_FROM_ROWS[layer.scheme]
     x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(3))
     w = dequantize(raw, t, shape)
-    dense = torch.nn.functional.linear(x.bfloat16(), w.bfloat16()).float()
+    dt = linear.prefill_dtype()
+    dense = torch.nn.functional.linear(x.to(dt), w.to(dt)).float()
     assert torch.equal(layer(x), dense)
     assert not torch.equal(layer(x[: rows - 1]), dense[: rows - 1])  # below the threshold: the int kernel
     mean, mx = _errors(layer(x), x.double() @ w.double().t())

@@ -255,13 +255,25 @@ def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy, role: st
 _local = threading.local()
 
 
-def _workspace(numel: int) -> torch.Tensor:
-    """A bf16 buffer of at least `numel` elements, one per thread, grown on demand: prefill dequantizes one weight
+def _workspace(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A buffer of at least `numel` elements, one per thread, grown on demand: prefill dequantizes one weight
     after another into it (a fresh multi-MiB tensor per call costs page faults that outweigh the dequantization)."""
     buf = getattr(_local, "buf", None)
-    if buf is None or buf.numel() < numel:
-        buf = _local.buf = torch.empty(numel, dtype=torch.bfloat16)
+    if buf is None or buf.numel() < numel or buf.dtype != dtype:
+        buf = _local.buf = torch.empty(numel, dtype=dtype)
     return buf[:numel]
+
+
+@functools.cache
+def prefill_dtype() -> torch.dtype:
+    """The dtype of the dense prefill product: bf16 where the CPU multiplies bf16 natively (AVX512_BF16, AMX: half the
+    bytes, ~2x the speed of fp32), fp32 elsewhere: without it oneDNN emulates bf16, and on an AVX2-only EPYC a
+    128x896x4864 product took 173 ms in bf16 against 59 ms in fp32 (a 700-token first prompt took minutes)."""
+    try:
+        flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "").split()
+    except OSError:
+        flags = []
+    return torch.bfloat16 if {"avx512_bf16", "amx_bf16"} & set(flags) else torch.float32
 
 
 class QuantLinear(nn.Module):
@@ -447,7 +459,7 @@ class QuantLinear(nn.Module):
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         s = self.scheme
         if self.prefill_dense_rows and x.shape[0] >= self.prefill_dense_rows:
-            return F.linear(x.to(torch.bfloat16), self._dense_bf16()).float()
+            return F.linear(x.to(prefill_dtype()), self._dense()).float()
         if s == "f32":
             return F.linear(x.float(), self.weight)
         if s == "bf16":
@@ -479,14 +491,15 @@ class QuantLinear(nn.Module):
         return ops.qmatmul_gguf(x.float().contiguous(), self.blocks, self.ggml_type, self.out_features,
                                 self.in_features)
 
-    def _dense_bf16(self) -> torch.Tensor:
-        """The GGUF weight rounded to bf16 [out, in], in this thread's workspace (valid until the next call)."""
+    def _dense(self) -> torch.Tensor:
+        """The GGUF weight in prefill_dtype() [out, in], in this thread's workspace (valid until the next call)."""
         parts = getattr(self, "_parts", None) or [(self._raw, self.ggml_type, self.shape)]
-        out = _workspace(self.out_features * self.in_features).view(self.shape)
+        dtype = prefill_dtype()
+        out = _workspace(self.out_features * self.in_features, dtype).view(self.shape)
         r0 = 0
         for raw, t, (rows, cols) in parts:
             if native.available() and t in native.TYPES:
-                native.dequantize_rows(raw.contiguous(), t, rows, cols, torch.bfloat16, out=out[r0 : r0 + rows])
+                native.dequantize_rows(raw.contiguous(), t, rows, cols, dtype, out=out[r0 : r0 + rows])
             else:
                 out[r0 : r0 + rows] = dequantize(raw, t, (rows, cols))
             r0 += rows
