@@ -110,6 +110,8 @@ def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():
              {"role": "tool", "tool_call_id": "c1", "name": "look_right", "content": "You looked right."},
              {"role": "assistant", "content": "Looking right."}]
     conv.commit(acted, TurnRecord("look right", "Looking right.", ["you looked right"]))
+    assert "look right" in conv.messages([msg])[1]["content"]  # off (the default): in the memory, no messages
+    conv.keep_last_call = True
     shown = conv.messages([msg])
     assert shown[2:] == [*acted[:3], msg] and "look right" not in shown[1]["content"]  # not its spoken line
     # verbatim mode, the negative control: the earlier messages are there, no memory

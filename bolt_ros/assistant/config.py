@@ -73,6 +73,7 @@ class AssistantConfig(_Strict):
     history: Literal["verbatim", "memory"] = "verbatim"
     memory_turns: int = Field(6, gt=0)
     memory_replies: bool = True
+    memory_keeps_last_call: bool = False       # memory mode: the last turn's call shown as the model wrote it
     max_tool_rounds: int = Field(3, ge=0)      # model calls that may request tools; the next one gets no tools
     max_sentences: int = Field(3, ge=0)        # a turn stops after this many spoken sentences (0 = no limit)
     enable_thinking: bool = False              # default when a transcript arrives (a goal says its own)

@@ -95,10 +95,11 @@ class Conversation:
     """
 
     def __init__(self, system_prompt: str, max_messages: int = 16, *, history: str = "verbatim",
-                 memory_turns: int = 6, memory_replies: bool = True):
+                 memory_turns: int = 6, memory_replies: bool = True, keep_last_call: bool = False):
         self.system_prompt = system_prompt
         self.max_messages = max_messages
         self.history_mode, self.memory_turns, self.memory_replies = history, memory_turns, memory_replies
+        self.keep_last_call = keep_last_call
         self.history: list[dict] = []
         self.records: list[TurnRecord] = []
 
@@ -130,9 +131,11 @@ class Conversation:
         if self.history_mode == "verbatim":
             earlier = self.history
         else:
-            # the last turn stays as it was when it acted (its call as the model wrote it): "one more time" and
-            # "the other way" refer to it, and without it the model copied the memory note instead of calling
-            last = self._last_turn()
+            # keep_last_call: the last turn stays as it was when it acted (its call as the model wrote it): "one more
+            # time" and "the other way" refer to it, and without it the model copied the memory note instead of
+            # calling; but then it called a tool for whatever came next (greetings, thanks, questions), turn after
+            # turn, so it is off by default (docs/conversation.md)
+            last = self._last_turn() if self.keep_last_call else []
             # ... less the line it spoke after the call: shown "Looking left.", the model answered "Now the other
             # way" with "Looking right." and no call
             last = [m for m in last if m["role"] != "assistant" or m.get("tool_calls")] if any(

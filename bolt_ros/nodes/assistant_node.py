@@ -288,6 +288,7 @@ class AssistantNode(Node):
         cfg = self.config
         conv.system_prompt, conv.max_messages = cfg.system_prompt, cfg.max_history_messages
         conv.history_mode, conv.memory_turns, conv.memory_replies = cfg.history, cfg.memory_turns, cfg.memory_replies
+        conv.keep_last_call = cfg.memory_keeps_last_call
         return conv
 
     def _emit(self, job: Job, ev: LoopEvent) -> None:
