@@ -139,3 +139,17 @@ def test_scoring_flags_what_a_person_notices():
     assert call_matches([None, {"tool": "list_animations"}], []) and not call_matches("none", [None])
     q = {"say": "Capital of France?", "expect": "none", "answer": ["paris"]}
     assert score_turn(q, "It is Paris.", [], False, []).right and not score_turn(q, "Lyon.", [], False, []).right
+
+
+def test_the_memory_note_is_never_read_out():
+    conv = Conversation("sys", history="memory")
+    conv.commit([], TurnRecord("Hi there! Who are you?", "I am Bolt.", []))
+    copied = conv.memory().replace("\n", " ")  # as the model copied it in a typed make run
+    backend = ScriptedBackend([{"match": "other way", "reply": [{"text": f"{copied} And more."}]},
+                               {"match": "weather", "reply": [{"text": "It is sunny and warm here today. Nice."}]}])
+    loop, _ = _loop(backend, ToolRegistry([LOOK]))
+    res = loop.run(conv, conv.user_message("now the other way"), [], enable_thinking=False, cancel=threading.Event())
+    assert res.spoken == [] and res.stopped == "prompt read out"
+    # negative control: a reply of its own is spoken
+    res = loop.run(conv, conv.user_message("how is the weather?"), [], enable_thinking=False, cancel=threading.Event())
+    assert res.spoken == ["It is sunny and warm here today.", "Nice."]

@@ -110,6 +110,8 @@ class ToolLoop:
         else:  # oldest turns go first; exact counting only when a cheap upper bound says it may not fit
             messages = conv.fitted(res.messages, lambda m: _utf8_bound(m, tools) <= budget
                                    or self.backend.prompt_tokens(m, tools) <= budget)
+        # the conversation's memory (system messages after the first) is never read out as speech
+        self._memory = _ngrams(" ".join(m["content"] for m in messages[1:] if m["role"] == "system"))
         stream = self.backend.stream_chat(messages, tools, enable_thinking=enable_thinking, cancel=cancel,
                                           words_only=words_only)
         try:
@@ -167,6 +169,9 @@ class ToolLoop:
             return False
         if _norm(sentence) in {_norm(s) for s in res.spoken}:
             res.stopped = "repetition"
+            return False
+        if _ngrams(sentence) & getattr(self, "_memory", set()):
+            res.stopped = "prompt read out"  # a small model at a loss copies its memory note: never spoken
             return False
         res.spoken.append(sentence)
         self.emit(LoopEvent("sentence", sentence))
@@ -242,6 +247,14 @@ def _utf8_bound(messages: list[dict], tools: list[dict]) -> int:
 
 # a call opener, a code fence, a leading `{` or a JSON object anywhere (`({"name": "nod", ...})`), never braces
 # around words: the grammar keeps embedded models from these, an OpenAI-compatible server's model may still write them
+PROMPT_ECHO_WORDS = 6  # a run of this many words of the memory note in a sentence: the note read out
+
+
+def _ngrams(text: str, n: int = PROMPT_ECHO_WORDS) -> set[tuple[str, ...]]:
+    words = _norm(text).split()
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
 _CALL_AS_TEXT = re.compile(r'^\s*\{|<tool_call>|<\|tool_call>|```|\{\s*"')
 
 
