@@ -18,7 +18,6 @@ Acceptance is compared as accepted drafts per prompt (ours: committed - target p
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +95,6 @@ def _llama(target: Path, draft: Path, prompts: list[list[int]]) -> tuple[list[li
              "--spec-draft-p-min", "0", "-fit", "off", "--parallel", "1"]
     texts, accepted, drafted = [], [], []
     with LlamaServer(target, threads=2, ctx=2048, extra=extra) as srv:
-        threading.Thread(target=srv.proc.stderr.read, daemon=True).start()  # keep its log pipe drained
         for ids in prompts:
             r = srv.post("/completion", {"prompt": ids, "n_predict": N_NEW, "temperature": 0, "ignore_eos": True,
                                          "cache_prompt": False, "return_tokens": True})
