@@ -139,7 +139,10 @@ def test_clamp_mode_moves_to_the_limit_and_never_past_it(ros, mini):
     # Full pitch with full head yaw is inside our per-joint limits but past the Stewart platform's reach: the robot
     # stops short, and the result says so instead of claiming the target.
     res, seen = clamped_goto(pose(head_pitch=1.2, head_yaw=-2.0, body_yaw=3.5))
-    assert res.status == GoalStatus.STATUS_ABORTED and "did not reach the target: head_yaw" in res.result.message
+    # Which joints fall short besides head_yaw (here head_pitch at times) depends on where the platform's solver
+    # lands from the pose it starts in, so the result is checked for head_yaw, not for the order it lists them in.
+    assert res.status == GoalStatus.STATUS_ABORTED, res.result.message
+    assert res.result.message.startswith("did not reach the target:") and "head_yaw at" in res.result.message
     assert seen[:, JOINT_NAMES.index("head_yaw")].min() > -1.1344 - TOLERANCE
     ros.result(goto(ros, mini, pose(), 0.8)[1], 10.0, "back to neutral")
 

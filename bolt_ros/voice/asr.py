@@ -36,12 +36,22 @@ class Transcriber:
         """16 kHz mono float32 -> the words, or "" when there are none the model believes."""
         if audio.ndim != 1 or len(audio) < MIN_SECONDS * MODEL_RATE:
             return ""
-        with self._lock:
-            segments, _info = self.model.transcribe(
-                audio.astype(np.float32, copy=False), language=self.cfg.language, beam_size=self.cfg.beam_size,
-                vad_filter=False, condition_on_previous_text=False, without_timestamps=True,
-                temperature=0.0)   # no fallback re-decodes: one pass, a bounded time
-            kept = [s.text for s in segments
-                    if s.no_speech_prob < self.cfg.no_speech_threshold and s.avg_logprob >= self.cfg.min_avg_logprob]
+        kept, unsure = self._decode(audio, self.cfg.beam_size)
+        if not kept and unsure and self.cfg.retry_beam_size > self.cfg.beam_size:
+            # Greedy decoding goes astray on speech over an echo (a barge-in: "Stop, please." came out as
+            # "I'm gonna please" and was dropped as unsure); a beam finds the likelier reading. Only unsure passes
+            # pay for it, so the usual turn keeps its greedy latency.
+            kept, _ = self._decode(audio, self.cfg.retry_beam_size)
         text = clean_text(" ".join(kept))
         return text if any(c.isalnum() for c in text) else ""
+
+    def _decode(self, audio: np.ndarray, beam_size: int) -> tuple[list[str], bool]:
+        """The segments the model believes, and whether any were dropped only for being unsure (not silence)."""
+        with self._lock:
+            segments = list(self.model.transcribe(
+                audio.astype(np.float32, copy=False), language=self.cfg.language, beam_size=beam_size,
+                vad_filter=False, condition_on_previous_text=False, without_timestamps=True,
+                temperature=0.0)[0])   # no temperature fallback re-decodes: a bounded time
+        speech = [s for s in segments if s.no_speech_prob < self.cfg.no_speech_threshold]
+        kept = [s.text for s in speech if s.avg_logprob >= self.cfg.min_avg_logprob]
+        return kept, len(kept) < len(speech)

@@ -42,6 +42,7 @@ class AsrConfig(_Strict):
     language: str = "en"
     no_speech_threshold: float = Field(0.6, ge=0.0, le=1.0)   # segments more likely silence are dropped
     min_avg_logprob: float = -1.0                             # ... and segments the model is this unsure of
+    retry_beam_size: int = Field(5, ge=0)    # an unsure greedy pass is decoded again with this beam (0: never)
 
 
 class RecognizerTopics(_Strict):
