@@ -97,13 +97,42 @@ def test_default_chat_model_answers_through_the_graph(ros):
     assert replay.text.strip() == r.text and replay.completion_tokens == s.completion_tokens
     assert replay.prompt_tokens == s.prompt_tokens
 
-    # a second turn (transcript path) only prefills what is new: system prompt and first turn stay cached
+    # a second turn (transcript path) only prefills what is new: system prompt and first turn stay cached, and the
+    # idle worker ran the first turn's reply into the cache (prefill_between_turns), so only the new message is left
     n_spoken = len(probe.tts)
+    wait_for(lambda: assistant.prefilled_after >= 1, timeout=30, what="the next turn prefilled after turn 1")
     probe.say("Thank you!")
     wait_for(lambda: probe.of_type(AssistantEvent.STATE)[-1].state == "idle" and len(probe.tts) > n_spoken,
              timeout=60, what="the second reply")
     last = assistant.backend.session.last_stats
     assert last["prompt_tokens"] > s.prompt_tokens and last["prefill_tokens"] < last["prompt_tokens"] - s.prompt_tokens
+    sent = [m for m in conv.history if m["role"] == "user"][-1]["content"]   # the scene block and "Thank you!"
+    assert sent.endswith("Thank you!")
+    assert last["prefill_tokens"] <= len(engine.tok.encode(sent)) + 8   # the new message and its markup only
+
+
+@pytest.mark.parametrize("between", [True, False], ids=["prefilled", "negative-control"])
+def test_the_idle_worker_prefills_the_next_turn_up_to_the_persons_words(ros, between):
+    """Memory mode changes the memory every turn, so without a head start a turn prefills the memory and its
+    message; prefilled between turns (make run's config), it runs its message alone."""
+    from bolt_ros.nodes.assistant_node import AssistantNode
+    from bolt_ros.nodes.sim_robot_nodes import make_sim_robot_nodes
+
+    ros.add(*make_sim_robot_nodes(context=ros.context))
+    assistant = ros.add(AssistantNode(product_config(**GREEDY, history="memory", prefill_between_turns=between),
+                                      context=ros.context))
+    probe = Probe(ros)
+    probe.connected(assistant)
+    for n, said in enumerate(["Hello there, my name is Ada.", "How are you today?"], 1):
+        probe.say(said)
+        wait_for(lambda n=n: assistant.turns_done >= n, timeout=60, what=f"turn {n}")
+    if between:
+        wait_for(lambda: assistant.prefilled_after >= 2, timeout=30, what="the next turn prefilled after turn 2")
+    probe.say("Thanks!")
+    wait_for(lambda: assistant.turns_done >= 3, timeout=60, what="turn 3")
+    ran = assistant.backend.session.last_prefill_tokens   # set even when the loop cut the reply short
+    alone = len(assistant.backend.engine.tok.encode("Thanks!")) + 8   # the message and its markup
+    assert 0 < ran and (ran <= alone) == between, ran
 
 
 # ---- `make run`: bringup with the console, default config --------------------------------------------------------

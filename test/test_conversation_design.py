@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from bolt_ros.assistant.conversation import Conversation, TurnRecord
+from bolt_ros.assistant.conversation import MEMORY_HEADER, Conversation, TurnRecord
 from bolt_ros.assistant.scripted import ScriptedBackend
 from bolt_ros.assistant.tool_loop import ToolLoop
 from bolt_ros.assistant.tools import ToolOutcome, ToolRegistry, ToolSpec
@@ -98,9 +98,9 @@ def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():
                                                                        ["you looked left"]))
     msg = conv.user_message("one more time", "What you see: a cat")
     assert msg["content"] == "[What you see: a cat]\none more time"
-    memory = ('Earlier in this conversation (oldest first):\n'
-              '- They said "dance"; you played your dance animation.\n'
-              '- They said "look left"; you looked left.')
+    memory = (f'{MEMORY_HEADER}\n'
+              '- "dance" -> you played your dance animation.\n'
+              '- "look left" -> you looked left.')
     # no verbatim history, but the last turn as it was when it acted
     assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, {"role": "system", "content": memory},
                                     msg]

@@ -153,6 +153,24 @@ def test_prefix_reuse_prefills_only_new_tokens(engine):
     assert second.prefill_tokens < second.prompt_tokens // 2
 
 
+def test_priming_prefills_the_next_turn_up_to_the_users_words(engine):
+    """ChatSession.prime runs what the next prompt starts with (before the person's words) ahead of time; the turn
+    then prefills only its user message, and says what an unprimed session says."""
+    system = "You are a friendly robot. Answer in one short sentence."
+    history = [{"role": "user", "content": "Hi! What is your name?"}, {"role": "assistant", "content": "I am Bolt."}]
+    turn = [*history, {"role": "user", "content": "And how old are you?"}]
+    greedy = SamplingParams(max_tokens=12)
+    cold = [ev for ev in ChatSession(engine, system=system).stream(turn, sampling=greedy)][-1]
+    chat = ChatSession(engine, system=system)
+    n = chat.prime(history)
+    user_tokens = len(engine.tok.encode("And how old are you?"))
+    assert cold.prompt_tokens - user_tokens - 8 <= n < cold.prompt_tokens - user_tokens
+    primed = [ev for ev in chat.stream(turn, sampling=greedy)][-1]
+    assert primed.prefill_tokens <= user_tokens + 8 < cold.prefill_tokens   # the negative control: all of it
+    assert primed.text == cold.text and primed.prompt_tokens == cold.prompt_tokens
+    assert chat.prime(history) <= 1                  # nothing new to run: the cached prefix is kept
+
+
 def test_prefix_reuse_gives_the_logits_of_a_fresh_prefill(engine, exact):
     a = chat_ids(engine, "Tell me about robots.")
     b = chat_ids(engine, "Tell me about rockets.")

@@ -8,6 +8,7 @@ template (test/fixtures/qwen2_chat_template.jinja) and a gemma4 one (Gemma 4 for
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from pathlib import Path
@@ -76,6 +77,13 @@ def reply(engine, tools=TOOLS, *, use_draft=False, messages=ASK, **kw):
     events = list(session.stream(messages, tools=tools, **kw))
     assert isinstance(events[-1], ChatStats)
     return events[:-1], events[-1], session.last_stats
+
+
+def grammar_accepts(tok, grammar: str, text: str) -> bool:
+    """Whether the grammar takes `text` (tokenized as the model would write it) as a reply's beginning."""
+    c = make_constraint(tok, grammar, set(tok.eog_ids))
+    ids = tok.encode(text)
+    return c.matcher.try_consume_tokens(ids) == len(ids)
 
 
 # ------------------------------------------------------------------------------------------ a small JSON-schema check
@@ -262,10 +270,7 @@ def test_hermes_auto_grammar_is_lazy(engines):
     tok = engines["hermes"].tok
     grammar = hermes_grammar(TOOLS, "auto")
 
-    def accepts(text: str) -> bool:
-        c = make_constraint(tok, grammar, set(tok.eog_ids))
-        ids = tok.encode(text)
-        return c.matcher.try_consume_tokens(ids) == len(ids)
+    accepts = functools.partial(grammar_accepts, tok, grammar)
 
     good = '<tool_call>\n{"name": "set_volume", "arguments": {"level": 3, "mode": "soft"}}\n</tool_call>'
     assert accepts("Plain text with { braces } and <tags>.") and accepts("Sure. " + good + " Done.")
@@ -283,10 +288,7 @@ def test_gemma4_grammar_follows_the_schema(engines):
     tok = engines["gemma4"].tok
     grammar = gemma4_grammar(TOOLS, "auto")
 
-    def accepts(text: str) -> bool:
-        c = make_constraint(tok, grammar, set(tok.eog_ids))
-        ids = tok.encode(text)
-        return c.matcher.try_consume_tokens(ids) == len(ids)
+    accepts = functools.partial(grammar_accepts, tok, grammar)
 
     q = '<|"|>'
     assert accepts(f"Sure.<|tool_call>call:set_volume{{level:3,mode:{q}soft{q},note:{q}ab{q}}}<tool_call|>")
@@ -304,10 +306,7 @@ def test_words_only_grammar(engines, fmt):
     tok = engines[fmt].tok
     grammar = hermes_grammar(TOOLS, "none") if fmt == "hermes" else gemma4_grammar(TOOLS, "none")
 
-    def accepts(text: str) -> bool:
-        c = make_constraint(tok, grammar, set(tok.eog_ids))
-        ids = tok.encode(text)
-        return c.matcher.try_consume_tokens(ids) == len(ids)
+    accepts = functools.partial(grammar_accepts, tok, grammar)
 
     opener = "<tool_call>" if fmt == "hermes" else "<|tool_call>"
     assert accepts("I turned my head.") and accepts(" Done, { braces } are fine.")
@@ -319,6 +318,46 @@ def test_words_only_grammar(engines, fmt):
     assert accepts('Braces {like this} and "quotes" are words.')
     c = make_constraint(tok, grammar, set(tok.eog_ids))
     assert not any(c.allows(t) for t in tok.eog_ids)  # not empty: the reply can't end before a word
+
+
+def test_calls_only_grammar_takes_either_call_shape_and_no_words(engines):
+    """"calls" (call_threshold decided a call): the bare JSON object the small Qwens write, or tagged calls; never
+    words, a code fence or a call to a tool that is not offered."""
+    tok = engines["hermes"].tok
+    grammar = hermes_grammar(TOOLS, "calls")
+
+    accepts = functools.partial(grammar_accepts, tok, grammar)
+
+    assert accepts('{"name": "wave", "arguments": {}}')
+    assert accepts(' {"name": "set_volume", "arguments": {"level": 2}}')
+    assert accepts('<tool_call>\n{"name": "wave", "arguments": {}}\n</tool_call>')
+    for bad in ("Sure.", "```json", "I will wave.", '{"name": "fly", "arguments": {}}', "[1]"):
+        assert not accepts(bad), bad
+
+
+@pytest.mark.parametrize("use_draft", [False, True], ids=["plain", "dflash"])
+def test_call_threshold_decides_calls_or_words_by_the_first_tokens_mass(engines, use_draft):
+    """The model's probability of opening structure, summed over its tokens, decides once: above the threshold the
+    reply is calls only, below it words only; with a drafter the same (its context is fed by the decision's
+    prefill)."""
+    from bolt_ros.engine.decode.chat_session import structure_tokens
+    engine = engines["hermes"]
+    ids = engine.chat_format.encode(ASK, tools=TOOLS)
+    logits = engine.prefill(engine.new_session(), ids)
+    p = float(torch.softmax(logits.float(), -1)[structure_tokens(engine.tok, logits.shape[-1])].sum())
+    assert 0 < p < 1
+    greedy = SamplingParams(max_tokens=40)
+    session = ChatSession(engine, use_draft=use_draft)
+    *events, stats = session.stream(ASK, tools=TOOLS, sampling=greedy, call_threshold=p * 0.99)
+    assert session.last_call_probability == pytest.approx(p, abs=1e-4)
+    check_calls(events, stats, TOOLS)
+    words = list(ChatSession(engine, use_draft=use_draft).stream(ASK, tools=TOOLS, sampling=greedy,
+                                                                 call_threshold=min(1.0, p * 1.01)))[:-1]
+    assert words and not any(isinstance(e, ToolCallEvent) for e in words)
+    # negative control: left to sampling (0), this random model's greedy reply is not calls only, so the threshold
+    # is what made the first reply all calls
+    free = list(ChatSession(engine, use_draft=use_draft).stream(ASK, tools=TOOLS, sampling=greedy))[:-1]
+    assert free != events
 
 
 def test_tool_choice_none_and_named(engines):

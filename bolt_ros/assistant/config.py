@@ -43,6 +43,9 @@ class BackendConfig(_Strict):
     min_p: float = Field(0.0, ge=0, lt=1)
     repetition_penalty: float = Field(1.05, gt=0)  # 1 = off; llama.cpp's repeat_penalty over the last 64 tokens
     tool_choice: Literal["auto", "required", "none"] = "auto"  # embedded: grammar-constrained calls (llguidance)
+    # embedded, auto: a reply is calls if the model's first token opens a call with at least this probability,
+    # else words (ChatSession.stream); 0 = the sampled first token decides
+    call_threshold: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = -1                       # -1 = random
     script: str = ""                     # scripted: YAML rules (see bolt_ros/assistant/scripted.py)
     token_delay_s: float = Field(0.0, ge=0)  # scripted: delay per streamed word, to look like a model
@@ -74,6 +77,7 @@ class AssistantConfig(_Strict):
     memory_turns: int = Field(6, gt=0)
     memory_replies: bool = True
     memory_keeps_last_call: bool = False       # memory mode: the last turn's call shown as the model wrote it
+    prefill_between_turns: bool = True         # idle: prefill the next turn's prompt up to the person's words
     max_tool_rounds: int = Field(3, ge=0)      # model calls that may request tools; the next one gets no tools
     max_sentences: int = Field(3, ge=0)        # a turn stops after this many spoken sentences (0 = no limit)
     enable_thinking: bool = False              # default when a transcript arrives (a goal says its own)

@@ -73,6 +73,9 @@ def _age(seconds: float) -> str:
     return "just now" if s < 1 else f"{s} s ago" if s < 120 else f"{s // 60} min ago"
 
 
+MEMORY_HEADER = "Recent turns, oldest first (for context only, never to be repeated):"
+
+
 @dataclass
 class TurnRecord:
     """One finished turn as the robot remembers it."""
@@ -119,8 +122,11 @@ class Conversation:
                 what = f'you answered "{_clip(r.reply, 90)}"'
             else:
                 what = "you answered"
-            lines.append(f'- They said "{_clip(r.said, 90)}"; {what}.')
-        return "Earlier in this conversation (oldest first):\n" + "\n".join(lines) if lines else ""
+            lines.append(f'- "{_clip(r.said, 90)}" -> {what}.')
+        # The header names no "conversation" and the lines are no sentences: shown 'Earlier in this conversation' and
+        # 'They said "..."; you ...', the 0.5B model began replies with "Based on the conversation, ..." and
+        # answered "And down." with 'They said "Look down."; you looked down.'
+        return MEMORY_HEADER + "\n" + "\n".join(lines) if lines else ""
 
     def recent_replies(self, n: int = 12) -> list[str]:
         return [r.reply for r in self.records[-n:] if r.reply]

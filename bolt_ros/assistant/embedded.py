@@ -27,10 +27,11 @@ from bolt_ros.engine.text.chat_format import ChatFormatError, TextEvent, Thought
 
 
 class EmbeddedBackend:
-    def __init__(self, engine, sampling: SamplingParams, tool_choice: str = "auto"):
+    def __init__(self, engine, sampling: SamplingParams, tool_choice: str = "auto", call_threshold: float = 0.0):
         self.engine = engine
         self.sampling = sampling
         self.tool_choice = tool_choice
+        self.call_threshold = call_threshold
         self.session = ChatSession(engine, system=None)
         if tool_choice != "none":
             self.session.prepare_tools()  # the grammar's vocabulary view now, not in the first reply (~1.3 s, Qwen)
@@ -58,7 +59,7 @@ class EmbeddedBackend:
         sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
                                   repetition_penalty=cfg.repetition_penalty, max_tokens=cfg.max_tokens,
                                   seed=None if cfg.seed < 0 else cfg.seed)
-        return cls(engine, sampling, cfg.tool_choice)
+        return cls(engine, sampling, cfg.tool_choice, cfg.call_threshold)
 
     @property
     def label(self) -> str:
@@ -82,8 +83,17 @@ class EmbeddedBackend:
         # the engine holds the session's lock while it generates: calls on the one cache never interleave
         choice = "none" if words_only else self.tool_choice
         for ev in self.session.stream(self._as_written(messages), tools=tools or None, enable_thinking=enable_thinking,
-                                      sampling=self.sampling, cancel=cancel, tool_choice=choice):
+                                      sampling=self.sampling, cancel=cancel, tool_choice=choice,
+                                      call_threshold=self.call_threshold):
             yield self._convert(ev)
+
+    def prime(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool = False,
+              cancel: threading.Event | None = None) -> int:
+        """Prefill the next turn's prompt up to the person's words (system prompt, tools, the conversation's
+        memory) while nobody is talking: the turn then runs only the new user message. Returns the tokens run."""
+        offered = tools if self.tool_choice != "none" else None
+        return self.session.prime(self._as_written(messages), tools=offered or None,
+                                  enable_thinking=enable_thinking, cancel=cancel)
 
     def _as_written(self, messages: list[dict]) -> list[dict]:
         """The messages with every assistant turn whose calls the model wrote as bare JSON objects put back as it

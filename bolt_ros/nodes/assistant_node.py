@@ -99,6 +99,9 @@ class AssistantNode(Node):
         self._lock = threading.Lock()
         self._current: Job | None = None
         self._pending: list[Job] = []
+        self._prefill_due: str | None = None   # a conversation whose next prompt the idle worker prefills
+        self.turns_done = 0
+        self.prefilled_after = -1              # turns_done when the last next-turn prefill began (tests wait on it)
         self._closing = threading.Event()
         self._worker = threading.Thread(target=self._work, name="assistant-worker", daemon=True)
         self._worker.start()
@@ -231,6 +234,7 @@ class AssistantNode(Node):
             try:
                 job = self._jobs.get(timeout=0.1)
             except queue.Empty:
+                self._prefill_next_turn()
                 continue
             if job is None:
                 break
@@ -249,7 +253,26 @@ class AssistantNode(Node):
             finally:
                 with self._lock:
                     self._current = None
+                    self._prefill_due = job.conversation_id
+                    self.turns_done += 1
                 job.complete()
+
+    def _prefill_next_turn(self) -> None:
+        """On the idle worker: the conversation's next prompt up to the person's words goes into the engine's cache
+        now (after a turn, and once the robot's tools are known), so the next turn prefills only its message."""
+        with self._lock:
+            cid, self._prefill_due, turns = self._prefill_due, None, self.turns_done
+        prime = getattr(self.backend, "prime", None)
+        if cid is None or prime is None or not self.config.prefill_between_turns:
+            return
+        t0 = time.perf_counter()
+        try:
+            n = prime(self._conversation(cid).messages(), self.registry.openai_tools(), cancel=self._closing)
+        except Exception as e:  # only a head start: the turn itself runs whatever was not prefilled
+            self.get_logger().warning(f"prefilling the next turn failed: {type(e).__name__}: {e}")
+            return
+        self.prefilled_after = turns
+        self.get_logger().debug(f"next turn prefilled: {n} tokens in {(time.perf_counter() - t0) * 1e3:.0f} ms")
 
     def _run_turn(self, job: Job) -> TurnResult:
         cfg = self.config
@@ -312,6 +335,8 @@ class AssistantNode(Node):
         while not self._closing.is_set() and not self.router.refresh_enums(timeout_s=1.0):
             self._closing.wait(delay)
             delay = min(delay * 2, 2.0)
+        with self._lock:  # the tools are final now: the first turn's prompt can be prefilled
+            self._prefill_due = "" if self._prefill_due is None else self._prefill_due
 
     # ---- shutdown --------------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -203,6 +203,34 @@ class Engine:
             finally:
                 session.cancel = None
 
+    def prime(self, prompt_ids: list[int], session: Session, *, use_draft: bool = True,
+              cancel: threading.Event | None = None) -> int:
+        """Run a prompt's prefix into the session now (and into the drafter's context, with one), so a generation
+        whose prompt starts with it later prefills only the rest: the conversation's next turn, prepared while the
+        robot waits for the person. Returns the tokens run; a cancel stops it between chunks (what ran is kept)."""
+        if not prompt_ids:
+            return 0
+        return 0 if self.next_logits(prompt_ids, session, use_draft=use_draft, cancel=cancel) is None \
+            else session.last_prefill
+
+    def next_logits(self, prompt_ids: list[int], session: Session, *, use_draft: bool = True,
+                    cancel: threading.Event | None = None) -> torch.Tensor | None:
+        """[vocab] the next-token logits after the prompt, run into the session the way a generation's prefill runs
+        it (the drafter's context too), so the generation that follows reuses all of it. None when cancelled."""
+        with session.lock:
+            session.cancel = cancel
+            try:
+                if use_draft and self.draft is not None:
+                    decoder = self.draft.decoder(self, session, Sampler(SamplingParams()), frozenset())
+                else:
+                    decoder = plain_decoder(self, session, Sampler(SamplingParams()))
+                decoder.prefill(list(prompt_ids))
+                return decoder.logits
+            except Interrupted:
+                return None
+            finally:
+                session.cancel = None
+
     def _stream(self, prompt_ids, params, session, cancel, use_draft, grammar=None):
         stops = set(self.tok.eog_ids) | set(params.stop_token_ids)
         constraint = None

@@ -9,15 +9,15 @@ with OpenAI's strict mode). Two syntaxes:
     whose first non-space character is `{` must be a bare JSON call (what the small Qwen models do);
   * Gemma 4 (`gemma4_grammar`): `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>`, keys in the
     template's sorted order.
-tool_choice "required" forces a call from the first token (so no thought before it); "none" offers no tools, and
-its grammar (`words_grammar`) keeps the reply to words: no call opener anywhere, no bare JSON call, not empty (what
-the assistant's tool loop asks for when a turn must end in speech).
+"required" forces a call from the first token (no thought before it), "calls" too in either Hermes shape (for
+ChatSession's call_threshold); "none" offers no tools, and `words_grammar` keeps the reply to words: no call opener
+anywhere, no bare JSON call, not empty (the tool loop's ask when a turn must end in speech).
 
 At run time a `Constraint` (one llguidance matcher) rides on the Sampler. Checking a sampled token costs ~2 us, a
-full vocabulary mask 0.1-2 ms (49k-262k tokens), so the sampler first tries the model's own choice and masks only when
-the grammar rejects it; the result is exactly the masked distribution (see Sampler.sample). Every sampled token is
-committed, so plain decoding and DFlash verification (which samples each drafted row in turn) advance the matcher
-the same way, and an accepted draft always satisfies the grammar; a run cut short rolls the matcher back.
+full vocabulary mask 0.1-2 ms (49k-262k tokens), so the sampler tries the model's own choice first and masks only if
+the grammar rejects it: exactly the masked distribution (Sampler.sample). Every sampled token is committed, so plain
+decoding and DFlash verification (each drafted row sampled in turn) advance the matcher alike, an accepted draft
+always satisfies the grammar, and a run cut short rolls the matcher back.
 """
 from __future__ import annotations
 
@@ -132,6 +132,9 @@ TEXT: /(?s:.*)/ & {NO_JSON}
 """
     if mode == "required":  # the trained shape: calls one per block, a newline between blocks
         return f'%llguidance {{}}\nstart: "{HERMES_OPEN}" body ("\\n{HERMES_OPEN}" body)*\n' + common
+    if mode == "calls":  # either shape (bare, as small Qwens write, or tagged); bounded spaces: no endless blanks
+        return f"""%llguidance {{}}\nstart: bare_reply | "{HERMES_OPEN}" body ("\\n{HERMES_OPEN}" body)*
+bare_reply: WS? call_json ("\\n" call_json)* WS?\nWS: /[ \\t\\r\\n]{{1,2}}/\n""" + common
     # TEXT0: a first text that does not open with `{` (that opens a bare call instead); lazy heads end at the opener
     return f"""%llguidance {{}}
 start: bare_reply | TEXT0 | head0 body (head body)* TEXT
@@ -246,7 +249,7 @@ def gemma4_grammar(tools: list[dict], mode: str = "auto") -> str:
         name = function_of(tool)["name"]
         calls.append(f'{lark_literal(f"call:{name}{{")} {rules.members(parameters_of(tool))} "}}"')
     top = "%llguidance {}\n"
-    if mode == "required":  # from the first token: with thinking on, that means no thought before the calls
+    if mode in ("required", "calls"):  # from the first token: with thinking on, no thought before the calls
         top += f'start: "{G4_OPEN}" call ("{G4_OPEN}" call)*\n'
     else:
         top += f'start: (head call)* TEXT\nhead[lazy]: TEXT "{G4_OPEN}"\nTEXT: /(?s:.*)/ & {NO_JSON}\n'
