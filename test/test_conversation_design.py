@@ -153,3 +153,10 @@ def test_the_memory_note_is_never_read_out():
     # negative control: a reply of its own is spoken
     res = loop.run(conv, conv.user_message("how is the weather?"), [], enable_thinking=False, cancel=threading.Event())
     assert res.spoken == ["It is sunny and warm here today.", "Nice."]
+    # with a line for it (make run's config), a turn held back entirely says so rather than staying silent, even
+    # when the memory quotes that line from an earlier turn
+    loop.at_a_loss = ["Sorry, could you say it another way?", "Hmm, say that again?"]
+    conv.commit([], TurnRecord("hm?", loop.at_a_loss[0], []))
+    res = loop.run(conv, conv.user_message("now the other way"), [], enable_thinking=False, cancel=threading.Event())
+    assert res.spoken == [loop.at_a_loss[1]] and res.text == loop.at_a_loss[1]   # not the line said last turn
+    assert res.stats["at_a_loss"] == "prompt read out"

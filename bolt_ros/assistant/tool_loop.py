@@ -59,8 +59,9 @@ ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]
 
 class ToolLoop:
     def __init__(self, backend: ChatBackend, call_tool: ToolCaller, emit: Callable[[LoopEvent], None], *,
-                 max_tool_rounds: int = 3, max_sentences: int = 0):
+                 max_tool_rounds: int = 3, max_sentences: int = 0, at_a_loss: list[str] = ()):
         self.backend = backend
+        self.at_a_loss = list(at_a_loss)  # lines for a turn that would end in silence: nothing spoken, nothing done
         self.call_tool = call_tool
         self.emit = emit
         self.max_tool_rounds = max_tool_rounds
@@ -90,6 +91,16 @@ class ToolLoop:
         except Exception as e:  # a failing engine ends the turn with an error event; the node keeps running
             res.error = f"{type(e).__name__}: {e}"
             self.emit(LoopEvent("error", res.error))
+        if self.at_a_loss and not (res.spoken or res.tool_calls or res.cancelled or res.error):
+            # every sentence was held back (the memory note read out, a call written as text): a person asked and
+            # deserves an answer, not silence
+            res.stats["at_a_loss"] = res.stopped or "no words"
+            line = _fresh_line(conv, self.at_a_loss)
+            res.messages.append({"role": "assistant", "content": line})
+            res.stopped, res.text = "", line
+            self._set_state(SPEAKING)
+            res.spoken.append(line)   # not through _speak: the memory may quote this very line
+            self.emit(LoopEvent("sentence", line))
         if res.stopped:
             res.stats["stopped"] = res.stopped
         res.stats["tool_rounds"] = sum(1 for m in res.messages if m["role"] == "assistant" and m.get("tool_calls"))
@@ -185,10 +196,7 @@ class ToolLoop:
         those lines, the first not said in recent turns, instead of a words round over their results."""
         if not outcomes or not all(o.ok and o.say for o in outcomes):
             return False
-        recent = [_norm(r) for r in conv.recent_replies()]
-        options = outcomes[-1].say
-        line = next((x for x in options if _norm(x) not in recent),
-                    min(options, key=lambda x: max((i for i, r in enumerate(recent) if r == _norm(x)), default=-1)))
+        line = _fresh_line(conv, outcomes[-1].say)
         res.messages.append({"role": "assistant", "content": line})
         self._set_state(SPEAKING)
         self._speak(line, res)
@@ -215,6 +223,13 @@ class ToolLoop:
         if state != self._state:
             self._state = state
             self.emit(LoopEvent("state", state))
+
+
+def _fresh_line(conv: Conversation, options: list[str]) -> str:
+    """The first of `options` not said in the recent turns, else the one said longest ago."""
+    recent = [_norm(r) for r in conv.recent_replies()]
+    return next((x for x in options if _norm(x) not in recent),
+                min(options, key=lambda x: max((i for i, r in enumerate(recent) if r == _norm(x)), default=-1)))
 
 
 def _merge_stats(acc: dict, new: dict) -> None:
