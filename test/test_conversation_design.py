@@ -99,8 +99,8 @@ def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():
     msg = conv.user_message("one more time", "What you see: a cat")
     assert msg["content"] == "[What you see: a cat]\none more time"
     memory = (f'{MEMORY_HEADER}\n'
-              '- "dance" -> you played your dance animation.\n'
-              '- "look left" -> you looked left.')
+              '- They said "dance"; you played your dance animation.\n'
+              '- They said "look left"; you looked left.')
     # no verbatim history, but the last turn as it was when it acted
     assert conv.messages([msg]) == [{"role": "system", "content": "sys"}, {"role": "system", "content": memory},
                                     msg]

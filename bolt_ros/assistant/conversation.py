@@ -73,7 +73,7 @@ def _age(seconds: float) -> str:
     return "just now" if s < 1 else f"{s} s ago" if s < 120 else f"{s // 60} min ago"
 
 
-MEMORY_HEADER = "Recent turns, oldest first (for context only, never to be repeated):"
+MEMORY_HEADER = "Earlier in this conversation (oldest first):"
 
 
 @dataclass
@@ -122,10 +122,10 @@ class Conversation:
                 what = f'you answered "{_clip(r.reply, 90)}"'
             else:
                 what = "you answered"
-            lines.append(f'- "{_clip(r.said, 90)}" -> {what}.')
-        # The header names no "conversation" and the lines are no sentences: shown 'Earlier in this conversation' and
-        # 'They said "..."; you ...', the 0.5B model began replies with "Based on the conversation, ..." and
-        # answered "And down." with 'They said "Look down."; you looked down.'
+            lines.append(f'- They said "{_clip(r.said, 90)}"; {what}.')
+        # Tried: a header without "conversation" and lines `- "..." -> you ...` (the 0.5B model starts replies with
+        # "Based on the conversation, ..."): 61/84 turns right at seed 0 against 56, but 39 against 54 at seed 1,
+        # where it fell into "You can call the function ..." (bench_conversation, docs/conversation.md)
         return MEMORY_HEADER + "\n" + "\n".join(lines) if lines else ""
 
     def recent_replies(self, n: int = 12) -> list[str]:
