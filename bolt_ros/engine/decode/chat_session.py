@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -25,18 +26,18 @@ class ChatStats:
     acceptance_length: float  # mean tokens committed per target pass (1.0 without a drafter)
 
 
-_STRUCTURE: dict[int, torch.Tensor] = {}
+_STRUCTURE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> its structure_tokens
 
 
 def structure_tokens(tok, n: int) -> torch.Tensor:
     """[n] bool: the tokens whose text opens structure (after any spaces: `{`, `<`, `[` or a backtick), i.e. a tool
     call in any shape or markup, never a spoken word. Built once per tokenizer (~1 s for 152k tokens)."""
-    key = id(tok)
-    if key not in _STRUCTURE or _STRUCTURE[key].shape[0] != n:
+    mask = _STRUCTURE.get(tok)
+    if mask is None or mask.shape[0] != n:
         opens = [bool(t) and t[0] in "{<[`" for t in (tok.decode([i]).lstrip() if i < tok.vocab_size else ""
                                                    for i in range(n))]
-        _STRUCTURE[key] = torch.tensor(opens, dtype=torch.bool)
-    return _STRUCTURE[key]
+        mask = _STRUCTURE[tok] = torch.tensor(opens, dtype=torch.bool)
+    return mask
 
 
 class ChatSession:
@@ -48,6 +49,7 @@ class ChatSession:
         self.history: list[dict] = []  # used by send()
         self.last_stats: dict = {}
         self.last_prefill_tokens = -1  # prompt tokens the last reply ran (the rest was cached)
+        self.last_call_probability = -1.0  # call_threshold's measure for the last reply (-1: not decided)
 
     def _messages(self, messages: list[dict]) -> list[dict]:
         return ([{"role": "system", "content": self.system}] if self.system else []) + list(messages)

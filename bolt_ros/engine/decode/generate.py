@@ -220,16 +220,19 @@ class Engine:
         with session.lock:
             session.cancel = cancel
             try:
-                if use_draft and self.draft is not None:
-                    decoder = self.draft.decoder(self, session, Sampler(SamplingParams()), frozenset())
-                else:
-                    decoder = plain_decoder(self, session, Sampler(SamplingParams()))
+                decoder = self._decoder(session, Sampler(SamplingParams()), use_draft, frozenset())
                 decoder.prefill(list(prompt_ids))
                 return decoder.logits
             except Interrupted:
                 return None
             finally:
                 session.cancel = None
+
+    def _decoder(self, session: Session, sampler: Sampler, use_draft: bool, stops: frozenset[int]) -> Decoder:
+        """DFlash steps with the attached drafter (use_draft), else plain ones."""
+        if use_draft and self.draft is not None:
+            return self.draft.decoder(self, session, sampler, stops)
+        return plain_decoder(self, session, sampler)
 
     def _stream(self, prompt_ids, params, session, cancel, use_draft, grammar=None):
         stops = set(self.tok.eog_ids) | set(params.stop_token_ids)
@@ -240,11 +243,7 @@ class Engine:
             )
             constraint = make_constraint(self.tok, grammar, stops)
         sampler = Sampler(params, constraint)
-        decoder: Decoder
-        if use_draft and self.draft is not None:
-            decoder = self.draft.decoder(self, session, sampler, frozenset(stops))
-        else:
-            decoder = plain_decoder(self, session, sampler)
+        decoder = self._decoder(session, sampler, use_draft, frozenset(stops))
         t = Timings(load_s=self.load_s, prompt_tokens=len(prompt_ids))
         text_out = _StopStringFilter(params.stop)
         markup = (self.tok.token_id(m) for m in self.chat_format.output_markup)
