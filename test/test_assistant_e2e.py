@@ -87,6 +87,8 @@ def test_default_chat_model_answers_through_the_graph(ros):
     assert len(deltas) >= s.completion_tokens // 2
     assert probe.tts[0][0] < deltas[-1]
 
+    # the idle worker prefills the next turn on the same engine: let it finish before this thread replays on it
+    wait_for(lambda: assistant.prefilled_after >= 1, timeout=30, what="the next turn prefilled after turn 1")
     # the model saw the caption, and its reply is exactly the engine's greedy output for that prompt
     conv = assistant._conversations[""]
     user = conv.history[0]["content"]
@@ -100,7 +102,6 @@ def test_default_chat_model_answers_through_the_graph(ros):
     # a second turn (transcript path) only prefills what is new: system prompt and first turn stay cached, and the
     # idle worker ran the first turn's reply into the cache (prefill_between_turns), so only the new message is left
     n_spoken = len(probe.tts)
-    wait_for(lambda: assistant.prefilled_after >= 1, timeout=30, what="the next turn prefilled after turn 1")
     probe.say("Thank you!")
     wait_for(lambda: probe.of_type(AssistantEvent.STATE)[-1].state == "idle" and len(probe.tts) > n_spoken,
              timeout=60, what="the second reply")
