@@ -101,10 +101,11 @@ def test_default_chat_model_answers_through_the_graph(ros):
 
     # a second turn (transcript path) only prefills what is new: system prompt and first turn stay cached, and the
     # idle worker ran the first turn's reply into the cache (prefill_between_turns), so only the new message is left
-    n_spoken = len(probe.tts)
+    n_spoken, n_done = len(probe.tts), assistant.turns_done
     probe.say("Thank you!")
-    wait_for(lambda: probe.of_type(AssistantEvent.STATE)[-1].state == "idle" and len(probe.tts) > n_spoken,
-             timeout=60, what="the second reply")
+    # turns_done counts committed turns: the state topic alone can lag the reply's first sentence on tts/say (two
+    # topics, no order between them), which once let this check run mid-turn
+    wait_for(lambda: assistant.turns_done > n_done and len(probe.tts) > n_spoken, timeout=60, what="the second reply")
     last = assistant.backend.session.last_stats
     assert last["prompt_tokens"] > s.prompt_tokens and last["prefill_tokens"] < last["prompt_tokens"] - s.prompt_tokens
     sent = [m for m in conv.history if m["role"] == "user"][-1]["content"]   # the scene block and "Thank you!"
