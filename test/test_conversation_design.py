@@ -8,7 +8,8 @@ import sys
 import threading
 from pathlib import Path
 
-from bolt_ros.assistant.conversation import MEMORY_HEADER, Conversation, TurnRecord
+from bolt_ros.assistant.config import SceneMemoryConfig
+from bolt_ros.assistant.conversation import MEMORY_HEADER, Conversation, SceneMemory, TurnRecord
 from bolt_ros.assistant.scripted import ScriptedBackend
 from bolt_ros.assistant.tool_loop import ToolLoop
 from bolt_ros.assistant.tools import ToolOutcome, ToolRegistry, ToolSpec
@@ -139,6 +140,32 @@ def test_scoring_flags_what_a_person_notices():
     assert call_matches([None, {"tool": "list_animations"}], []) and not call_matches("none", [None])
     q = {"say": "Capital of France?", "expect": "none", "answer": ["paris"]}
     assert score_turn(q, "It is Paris.", [], False, []).right and not score_turn(q, "Lyon.", [], False, []).right
+
+
+def test_the_scene_block_is_never_read_out():
+    """In a typed make run, "Do it again!" was answered with the scene block as written in the user message."""
+    scene = SceneMemory(SceneMemoryConfig())
+    scene.add("A person is in front of you, waving.", now=0.0)
+    scene.add("A red ball rolls past.", now=8.0)
+    block = scene.render(now=10.0)
+    conv = Conversation("sys", history="memory")
+    backend = ScriptedBackend([{"match": "again", "reply": [{"text": f"[{block}]"}]},
+                               {"match": "only the", "reply": [{"text": block.split("\n")[-1] + " Fun."}]},
+                               {"match": "what did", "reply": [{"text": 'They said "Look to your left." Okay.'}]},
+                               {"match": "see", "reply": [{"text": "A person is in front of me, waving. Hello!"}]}])
+    loop, _ = _loop(backend, ToolRegistry([LOOK]))
+    for said in ("Do it again!", "only the last line"):
+        res = loop.run(conv, conv.user_message(said, block), [], enable_thinking=False, cancel=threading.Event())
+        assert res.spoken == [] and res.stopped == "prompt read out", (said, res.spoken)
+    # the memory note's pattern with words of its own ('They said "Look to your left."' in a typed make run)
+    conv.commit([], TurnRecord("Turn your head to the left.", "", ["you looked left"]))
+    res = loop.run(conv, conv.user_message("what did I say?", block), [], enable_thinking=False,
+                   cancel=threading.Event())
+    assert res.spoken == [] and res.stopped == "prompt read out", res.spoken
+    # negative control: telling what it sees in its own words (even the caption's words) is speech
+    res = loop.run(conv, conv.user_message("what do you see?", block), [], enable_thinking=False,
+                   cancel=threading.Event())
+    assert res.spoken == ["A person is in front of me, waving.", "Hello!"]
 
 
 def test_the_memory_note_is_never_read_out():

@@ -57,7 +57,7 @@ class SceneMemory:
         if not self.items:
             return ""
         lines = [f"- {_age(now - it.last_seen)}: {it.text}" for it in self.items]
-        return "What you see (newest last):\n" + "\n".join(lines)
+        return SCENE_HEADER + "\n" + "\n".join(lines)
 
     def tokens(self) -> int:
         return sum(self.count_tokens(it.text) + 4 for it in self.items)  # +4: the "- 3 s ago: " prefix
@@ -66,6 +66,16 @@ class SceneMemory:
         self.items = [it for it in self.items if now - it.last_seen <= self.cfg.max_age_s][-self.cfg.max_items:]
         while self.items and self.tokens() > self.cfg.max_tokens:
             self.items.pop(0)
+
+
+SCENE_HEADER = "What you see (newest last):"
+# The prompt's own markup in a reply: the scene block's header or a caption line's age prefix ("- just now:"), the
+# memory note's header or its phrasing ('They said "..."', 'you answered "..."'). A small model at a loss reads these
+# out: in a typed make run "Do it again!" was answered with the scene block, and another turn with 'They said "Look
+# to your left."', a copy of the note's pattern that shares no six words with it.
+PROMPT_MARKUP = re.compile(r"what you see \(newest last\)|(?:^|[\[\n])\s*-\s*(?:just now|\d+ s ago|\d+ min ago):"
+                           r"|earlier in this conversation \(oldest first\)|\b(?:they said|you answered)\s*[\"\u201c]",
+                           re.IGNORECASE)
 
 
 def _age(seconds: float) -> str:

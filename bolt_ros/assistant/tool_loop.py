@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
-from bolt_ros.assistant.conversation import Conversation
+from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
 from bolt_ros.assistant.sentences import SentenceSplitter
 from bolt_ros.assistant.tools import ToolOutcome
 
@@ -181,8 +181,8 @@ class ToolLoop:
         if _norm(sentence) in {_norm(s) for s in res.spoken}:
             res.stopped = "repetition"
             return False
-        if _ngrams(sentence) & getattr(self, "_memory", set()):
-            res.stopped = "prompt read out"  # a small model at a loss copies its memory note: never spoken
+        if _ngrams(sentence) & getattr(self, "_memory", set()) or PROMPT_MARKUP.search(sentence):
+            res.stopped = "prompt read out"  # a small model at a loss copies its memory note or scene block
             return False
         res.spoken.append(sentence)
         self.emit(LoopEvent("sentence", sentence))
