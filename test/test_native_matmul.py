@@ -114,3 +114,49 @@ def test_parts_of_different_types_fuse_into_one_call():
     x = torch.randn(1, 512)
     swapped = QuantLinear.fuse(layers[::-1])
     assert not torch.equal(swapped(x), fused(x))
+
+
+def _real_layers(max_rows: int = 512) -> list[tuple[str, int, torch.Tensor, int, int]]:
+    """The first few rows of the default chat model's vectorized-type layers (one per type): (name, type, blocks,
+    rows, K), read from the GGUF mmap."""
+    from bolt_ros.engine.default_models import resolve_model
+    from bolt_ros.engine.gguf.quants import tensor_nbytes
+    from bolt_ros.engine.gguf.reader import GGUFFile, torch_shape
+
+    out, seen = [], set()
+    gf = GGUFFile(resolve_model("default-chat"))
+    for name, info in gf.tensors.items():
+        shape = torch_shape(info)
+        if len(shape) != 2 or info.ggml_type in seen or not native.gguf_matmul_fast(info.ggml_type):
+            continue
+        seen.add(info.ggml_type)
+        rows = min(max_rows, shape[0])
+        blocks = as_uint8(gf.raw(name))[: tensor_nbytes(info.ggml_type, (rows, shape[1]))].clone()
+        out.append((name, info.ggml_type, blocks, rows, shape[1]))
+    return out
+
+
+@pytest.mark.parametrize("source", ["random", "default-chat"])
+def test_each_row_of_a_verify_block_is_bit_identical_to_one_row(source):
+    """DFlash verifies up to 16 rows in one call; greedy DFlash equals plain decoding exactly (not only at margins
+    above a tolerance) when each row's result is the 1-row kernel's, bit for bit: the same integer sums and the same
+    fp32 operations in the same order, whatever M. Random shapes of every vectorized type and real layers.
+    Negative control: the portable loop, which applies the scales in another order, differs in the last bits."""
+    g = torch.Generator().manual_seed(7)
+    if source == "random":
+        cases = []
+        for t in (t for t in native.TYPES if native.gguf_matmul_fast(t)):
+            n, k = int(torch.randint(3, 70, (1,), generator=g)), 256 * int(torch.randint(1, 5, (1,), generator=g))
+            cases.append((type_name(t), t, _case(t, shape=(n, k), seed=n)[0], n, k))
+    else:
+        cases = _real_layers()
+    assert cases, "no vectorized kernel on this CPU"
+    reordered_differs = False
+    for name, t, blocks, n, k in cases:
+        for m in (2, 7, 8, 9, 16):
+            x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 4  # rows of unlike scales
+            many = native.gguf_matmul(x, blocks, t, n)
+            one = torch.cat([native.gguf_matmul(x[i : i + 1], blocks, t, n) for i in range(m)])
+            assert torch.equal(many, one), f"{name} M={m}: rows differ from the 1-row kernel's"
+            reordered_differs |= not torch.equal(native.gguf_matmul(x, blocks, t, n, scalar=True), many)
+    assert reordered_differs, "the portable loop's other order gave the same bits: the check would catch nothing"
