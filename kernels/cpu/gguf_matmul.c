@@ -210,11 +210,7 @@ static inline __attribute__((always_inline)) void row_dot_simd(int type, const u
                                                                float *acc) {
     int64_t nb32 = K / 32;
     __m256 a[CHUNK_M];
-    float tail[CHUNK_M];  /* scalar terms (Q4_K's mins) */
-    for (int m = 0; m < M; m++) {
-        a[m] = _mm256_setzero_ps();
-        tail[m] = 0.0f;
-    }
+    for (int m = 0; m < M; m++) a[m] = _mm256_setzero_ps();
     const __m256i zero = _mm256_setzero_si256();
     if (type == Q5_0 || type == Q8_0) {
         int bytes = type == Q5_0 ? 22 : 34;
@@ -257,13 +253,20 @@ static inline __attribute__((always_inline)) void row_dot_simd(int type, const u
                 for (int m = 0; m < M; m++) {
                     const int16_t *xr = xq + (int64_t)m * K + sb * 256 + 64 * g;
                     const float *xdr = xd + m * nb32 + sb * 8 + j;
-                    const int32_t *xsr = xs + m * nb32 + sb * 8 + j;
                     __m256i s0 = madd16(madd16(zero, q[0], xr), q[1], xr + 16);
                     __m256i s1 = madd16(madd16(zero, q[2], xr + 32), q[3], xr + 48);
                     a[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(dl[j] * xdr[0]), a[m]);
                     a[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_set1_ps(dl[j + 1] * xdr[1]), a[m]);
-                    tail[m] -= ml[j] * xdr[0] * (float)xsr[0] + ml[j + 1] * xdr[1] * (float)xsr[1];
                 }
+            }
+            /* the mins, sum_j ml[j] xd[j] xs[j] over the 8 groups: one vector per row and superblock into the lanes
+             * hsum adds up anyway (it was 8 scalar products per row per 64 weights: Q4_K M=8 cost 4.8x M=1) */
+            __m256 mlv = _mm256_loadu_ps(ml);
+            for (int m = 0; m < M; m++) {
+                __m256 xsd = _mm256_mul_ps(_mm256_loadu_ps(xd + m * nb32 + sb * 8),
+                                           _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(xs + m * nb32
+                                                                                                  + sb * 8))));
+                a[m] = _mm256_fnmadd_ps(mlv, xsd, a[m]);
             }
         }
     } else {  /* Q6_K: 6-bit codes (-32..31), one int8 scale per 16 weights */
@@ -285,19 +288,22 @@ static inline __attribute__((always_inline)) void row_dot_simd(int type, const u
                     __m256i q0, q1;
                     widen(q8, &q0, &q1);
                     int j = 4 * half + k;  /* the 32-group of the superblock: scales sc[2j] (first 16), sc[2j+1] */
-                    float d0 = d * (float)sc[2 * j], d1 = d * (float)sc[2 * j + 1];
+                    /* the int8 sub-block scales go onto the codes once for all rows (|q sc| <= 32 * 128 fits int16;
+                     * a lane's two pairs with x stay under 2 * 2 * 4096 * 32767 < 2^31): then one int32 sum per 32
+                     * and one scaling per row, where two were (Q6_K M=8 was 4.1x M=1) */
+                    q0 = _mm256_mullo_epi16(q0, _mm256_set1_epi16(sc[2 * j]));
+                    q1 = _mm256_mullo_epi16(q1, _mm256_set1_epi16(sc[2 * j + 1]));
                     for (int m = 0; m < M; m++) {
                         const int16_t *xr = xq + (int64_t)m * K + sb * 256 + 32 * j;
-                        float xdj = xd[m * nb32 + sb * 8 + j];
-                        a[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(madd16(zero, q0, xr)), _mm256_set1_ps(d0 * xdj), a[m]);
-                        a[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(madd16(zero, q1, xr + 16)), _mm256_set1_ps(d1 * xdj),
-                                               a[m]);
+                        __m256i s = madd16(madd16(zero, q0, xr), q1, xr + 16);
+                        __m256 scale = _mm256_set1_ps(d * xd[m * nb32 + sb * 8 + j]);
+                        a[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, a[m]);
                     }
                 }
             }
         }
     }
-    for (int m = 0; m < M; m++) acc[m] = hsum(a[m]) + tail[m];
+    for (int m = 0; m < M; m++) acc[m] = hsum(a[m]);
 }
 
 /* xq, xd, xs and acc point at the chunk's first row of x; K and nb32 stay the whole row's */

@@ -92,9 +92,11 @@ FAST_SCHEME: dict[int, str] = {
 }
 # Types whose GGUF blocks the C kernel multiplies faster than any torch form, decode measured cold (24 distinct
 # weights in turn, as a decode step meets them; 2 threads, AMD EPYC Zen 4): Qwen2.5 0.5B 4864x896 Q5_0 0.23 ms vs
-# int4x2 0.34 ms; whole decode steps Qwen2.5 0.5B 22.1 -> 27.4 tok/s, Gemma 3 270M 32.5 -> 39.6 tok/s. Not Q4_K:
-# torch's int4 kernel reads Q4_K's own 4-bit codes, and beats ours there (0.15 vs 0.23 ms on 896x4864).
-BLOCKS_TYPES = (GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K)
+# int4x2 0.34 ms; whole decode steps Qwen2.5 0.5B 22.1 -> 27.4 tok/s, Gemma 3 270M 32.5 -> 39.6 tok/s.
+# Q4_K too since its mins are one vector per superblock and row: Qwen2.5 0.5B's 12 ffn_down in turn, 2 threads,
+# AMD EPYC Zen 3, 1 row 3.00 ms vs torch int4 4.84, 8 rows 10.96 vs 12.77 (on a Zen 4 int4 had led at 1 row, 0.15
+# vs 0.23 ms a matrix, before that change). The C kernel also gives each row of a verify block the 1-row bits.
+BLOCKS_TYPES = (GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K, GGMLType.Q4_K)
 # types the fused GGUF kernels read (= kernels.qmatmul.SUPPORTED_TYPES; not imported: CPU users never load Triton)
 GGUF_KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
                      GGMLType.Q5_K, GGMLType.Q6_K)
