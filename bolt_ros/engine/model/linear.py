@@ -246,12 +246,21 @@ def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy, role: st
     # The vocab-sized output head dominates a decode step. It only has to *rank* candidates: the ones near the top
     # get exact logits from the GGUF rows (_refine_top), so a 4-bit copy (half the bytes of int4x2) serves.
     n_out, n_in = shape
-    if role != "head" and ggml_type in BLOCKS_TYPES and native.gguf_matmul_fast(ggml_type):
+    if ggml_type in BLOCKS_TYPES and native.gguf_matmul_fast(ggml_type) and (role != "head" or _blocks_head()):
         return "blocks"
     scheme = "int4" if role == "head" else FAST_SCHEME[ggml_type]
     if scheme.startswith("int4") and (n_out % 16 or n_in % GROUP):  # the int4 packer needs N % 16 == 0
         scheme = "int8"
     return scheme
+
+
+def _blocks_head() -> bool:
+    """The head as its GGUF blocks rather than a 4-bit copy, on CPUs without AVX-512. There torch's int4 kernel is
+    bound by arithmetic, not by the half as many bytes it reads: Qwen2.5 0.5B's 151936x896 Q8_0 head, 2 threads, AMD
+    EPYC Zen 3, interleaved: 1 row 13.5 ms int4 (+ exact refinement) vs 13.1 ms blocks, 8 rows 50.7 vs 37.5 ms; and
+    the blocks' logits are exact, each verify row the 1-row bits, with no 4-bit copy in memory. With AVX-512 (Zen 4)
+    the 4-bit copy led at 1 row (4.6 ms a step, docs/performance.md)."""
+    return "avx512f" not in cpu_flags()
 
 
 _local = threading.local()
@@ -267,15 +276,19 @@ def _workspace(numel: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 @functools.cache
+def cpu_flags() -> frozenset[str]:
+    try:
+        return frozenset(next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "").split())
+    except OSError:
+        return frozenset()
+
+
+@functools.cache
 def prefill_dtype() -> torch.dtype:
     """The dtype of the dense prefill product: bf16 where the CPU multiplies bf16 natively (AVX512_BF16, AMX: half the
     bytes, ~2x the speed of fp32), fp32 elsewhere: without it oneDNN emulates bf16, and on an AVX2-only EPYC a
     128x896x4864 product took 173 ms in bf16 against 59 ms in fp32 (a 700-token first prompt took minutes)."""
-    try:
-        flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "").split()
-    except OSError:
-        flags = []
-    return torch.bfloat16 if {"avx512_bf16", "amx_bf16"} & set(flags) else torch.float32
+    return torch.bfloat16 if {"avx512_bf16", "amx_bf16"} & cpu_flags() else torch.float32
 
 
 class QuantLinear(nn.Module):
