@@ -168,6 +168,28 @@ def test_the_scene_block_is_never_read_out():
     assert res.spoken == ["A person is in front of me, waving.", "Hello!"]
 
 
+def test_a_framing_by_the_conversation_is_not_spoken():
+    """The 0.5B model frames answers by the memory note ("Based on the conversation, my favourite colour is green."):
+    the answer is spoken without the framing, and the history keeps what was said."""
+    conv = Conversation("sys", history="memory")
+    backend = ScriptedBackend([
+        {"match": "colour", "reply": [{"text": "Based on the conversation, my favourite colour is green. And you?"}]},
+        {"match": "week", "reply": [{"text": "According to our conversation, there are 7 days in a week."}]},
+        {"match": "talk", "reply": [{"text": "We talk based on the conversation, so far."}]}])
+    loop, _ = _loop(backend, ToolRegistry([LOOK]))
+    res = loop.run(conv, conv.user_message("What's your favourite colour?"), [], enable_thinking=False,
+                   cancel=threading.Event())
+    assert res.spoken == ["My favourite colour is green.", "And you?"] and res.text == " ".join(res.spoken)
+    assert res.messages[-1]["content"] == res.text
+    res = loop.run(conv, conv.user_message("How many days are in a week?"), [], enable_thinking=False,
+                   cancel=threading.Event())
+    assert res.spoken == ["There are 7 days in a week."]
+    # negative control: the words elsewhere in a sentence are the model's own
+    res = loop.run(conv, conv.user_message("what do we talk about?"), [], enable_thinking=False,
+                   cancel=threading.Event())
+    assert res.spoken == ["We talk based on the conversation, so far."]
+
+
 def test_the_memory_note_is_never_read_out():
     conv = Conversation("sys", history="memory")
     conv.commit([], TurnRecord("Hi there! Who are you?", "I am Bolt.", []))

@@ -67,6 +67,7 @@ class ToolLoop:
         self.max_tool_rounds = max_tool_rounds
         self.max_sentences = max_sentences  # 0 = no limit
         self._state = IDLE
+        self._reworded = False  # a sentence of this model call was spoken without its framing (_unframe)
 
     def run(self, conv: Conversation, user_msg: dict, tools: list[dict], *, enable_thinking: bool,
             cancel: threading.Event, t0: float | None = None) -> TurnResult:
@@ -112,7 +113,7 @@ class ToolLoop:
                     words_only: bool = False) -> list[ToolCallRequest]:
         self._set_state(THINKING)
         splitter, text, calls = SentenceSplitter(), [], []
-        n_spoken = len(res.spoken)
+        n_spoken, self._reworded = len(res.spoken), False
         if not res.t_request:
             res.t_request = time.perf_counter()
         budget = getattr(self.backend, "context_budget", None)  # tokens the prompt may take (None: unknown)
@@ -156,9 +157,10 @@ class ToolLoop:
         if not res.cancelled and not res.stopped:  # an interrupted reply's last fragment is not spoken
             for s in splitter.flush():
                 self._speak(s, res)
-        if res.stopped or res.cancelled:
+        if res.stopped or res.cancelled or self._reworded:
             # the history keeps what was said, not the loop that was cut off nor the fragment a barge-in
-            # interrupted (a small model shown its own unfinished reply tends to repeat it in the next turn)
+            # interrupted (a small model shown its own unfinished reply tends to repeat it in the next turn), nor a
+            # framing taken off (shown it, the model frames the next replies alike)
             text = [" ".join(s for s in res.spoken[n_spoken:])]
         reply = "".join(text)
         res.text += ("" if not res.text or not reply else " ") + reply.strip()
@@ -175,6 +177,11 @@ class ToolLoop:
         """Emit a sentence for speech unless it repeats one of this turn; False when the reply must stop here."""
         if res.stopped:
             return False
+        plain = _unframe(sentence)
+        if plain != sentence:
+            self._reworded, sentence = True, plain
+            if not sentence:
+                return True
         if _CALL_AS_TEXT.search(sentence):  # a call written as text (any backend's model): not speech
             res.stopped = "tool call as text"
             return False
@@ -271,6 +278,21 @@ def _ngrams(text: str, n: int = PROMPT_ECHO_WORDS) -> set[tuple[str, ...]]:
 
 
 _CALL_AS_TEXT = re.compile(r'^\s*\{|<tool_call>|<\|tool_call>|```|\{\s*"')
+
+
+# "Based on the conversation, my favourite colour is green.": the 0.5B model frames answers by the prompt's memory
+# note (14 of 252 turns in bench_conversation, 2026-12-03); the framing is said by nobody, the rest is the answer
+_FRAMING = re.compile(r"^\s*(?:based on|according to|from|given) (?:the|this|our|your) (?:conversation|information"
+                      r"|context|memory|messages?|earlier turns)(?: so far| above| provided)?\s*,\s*", re.IGNORECASE)
+
+
+def _unframe(sentence: str) -> str:
+    """The sentence without a leading "Based on the conversation, " (capitalized again)."""
+    m = _FRAMING.match(sentence)
+    if not m:
+        return sentence
+    rest = sentence[m.end():]
+    return rest[:1].upper() + rest[1:]
 
 
 def _norm(sentence: str) -> str:
