@@ -121,8 +121,6 @@ def spin_nodes(nodes: Sequence[Node], *, context: Context | None = None, stop: t
         while context.ok() and not (stop and stop.is_set()):
             try:
                 executor.spin_once(timeout_sec=0.1)
-            except (KeyboardInterrupt, ExternalShutdownException):
-                raise
             except RuntimeError:
                 # rclpy's SIGINT handler shuts the context down from the signal, and a message take already under
                 # way then fails ("Unable to convert call argument '0' to Python object": once in a CI run of the

@@ -12,6 +12,7 @@ and callers use the torch reference (slower, same values).
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -47,6 +48,13 @@ def _cpu_flags() -> str:
     except OSError:
         pass
     return os.uname().machine
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (/proc/cpuinfo's flags or Features line; empty where there is none)."""
+    line = _cpu_flags()
+    return frozenset(line.partition(":")[2].split()) if ":" in line else frozenset()
 
 
 def _build() -> ctypes.CDLL | None:

@@ -260,7 +260,7 @@ def _blocks_head() -> bool:
     EPYC Zen 3, interleaved: 1 row 13.5 ms int4 (+ exact refinement) vs 13.1 ms blocks, 8 rows 50.7 vs 37.5 ms; and
     the blocks' logits are exact, each verify row the 1-row bits, with no 4-bit copy in memory. With AVX-512 (Zen 4)
     the 4-bit copy led at 1 row (4.6 ms a step, docs/performance.md)."""
-    return "avx512f" not in cpu_flags()
+    return "avx512f" not in native.cpu_flags()
 
 
 _local = threading.local()
@@ -276,19 +276,11 @@ def _workspace(numel: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 @functools.cache
-def cpu_flags() -> frozenset[str]:
-    try:
-        return frozenset(next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "").split())
-    except OSError:
-        return frozenset()
-
-
-@functools.cache
 def prefill_dtype() -> torch.dtype:
     """The dtype of the dense prefill product: bf16 where the CPU multiplies bf16 natively (AVX512_BF16, AMX: half the
     bytes, ~2x the speed of fp32), fp32 elsewhere: without it oneDNN emulates bf16, and on an AVX2-only EPYC a
     128x896x4864 product took 173 ms in bf16 against 59 ms in fp32 (a 700-token first prompt took minutes)."""
-    return torch.bfloat16 if {"avx512_bf16", "amx_bf16"} & cpu_flags() else torch.float32
+    return torch.bfloat16 if {"avx512_bf16", "amx_bf16"} & native.cpu_flags() else torch.float32
 
 
 class QuantLinear(nn.Module):
