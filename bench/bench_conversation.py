@@ -179,6 +179,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--only", nargs="+", help="conversation names to run")
+    ap.add_argument("--scripts", type=Path, default=SCRIPTS,
+                    help="the conversations (bench/conversation_scripts_heldout.yaml: never tuned on)")
     ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE", help="assistant parameter overrides")
     ap.add_argument("--words-after-motion", action="store_true",
                     help="no `say` lines: the model words every tool result (the design before them)")
@@ -187,7 +189,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ["ROS_DOMAIN_ID"] = str(random.randint(100, 200))
-    scripts = yaml.safe_load(SCRIPTS.read_text())["conversations"]
+    scripts = yaml.safe_load(args.scripts.read_text())["conversations"]
     if args.only:
         scripts = [c for c in scripts if c["name"] in args.only]
     overrides = {}

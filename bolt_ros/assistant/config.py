@@ -65,11 +65,55 @@ class TopicsConfig(_Strict):
     converse: str = "converse"
 
 
+class IntentExample(_Strict):
+    say: str                  # what a person says
+    do: str                   # a parameterless tool's name (`dance`, `look_left`), or talk / repeat / reverse
+
+
+class IntentConfig(_Strict):
+    """Whether a turn acts or talks, decided before any words (bolt_ros/assistant/intent.py): a classifier prompt
+    with examples, scored over the robot's parameterless tools and `talk`, `repeat` (the last move once more),
+    `reverse` (its opposite). The words then come from a model call that cannot call tools."""
+    enabled: bool = False
+    model_path: str = "same"  # same = the backend's engine (embedded); or a GGUF path / default_models name
+    instructions: str = ("You decide what a small robot does when a person speaks to it. Answer with one word "
+                         "from this list: {labels}.")
+    examples: list[IntentExample] = Field(default_factory=list)
+    # the names the classifier sees for tools ("look_left=head_left, ..."): "look" in a question ("what do you
+    # see", "look curious") pulled the head tools' shared first token (docs/conversation.md)
+    aliases: dict[str, str] = Field(default_factory=dict)
+    opposites: dict[str, str] = Field(default_factory=dict)  # for `reverse`; each pair works both ways
+
+    @field_validator("examples", mode="before")
+    @classmethod
+    def _examples_from_yaml(cls, v: Any) -> Any:
+        return _yaml_list(v, "intent.examples must be a YAML list of {say, do}")
+
+    @field_validator("aliases", "opposites", mode="before")
+    @classmethod
+    def _pairs_from_text(cls, v: Any) -> Any:
+        if isinstance(v, str):  # "a=b, c=d": ROS parameters have no map type
+            pairs = [p.split("=") for p in v.split(",") if p.strip()]
+            if any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
+                raise ValueError(f"expected 'name=other, ...', got {v!r}")
+            v = {a.strip(): b.strip() for a, b in pairs}
+        return v
+
+    @field_serializer("examples")
+    def _examples_to_yaml(self, examples: list[IntentExample]) -> str:
+        return yaml.safe_dump([e.model_dump() for e in examples], sort_keys=False, width=1000) if examples else ""
+
+    @field_serializer("aliases", "opposites")
+    def _pairs_to_text(self, pairs: dict[str, str]) -> str:
+        return ", ".join(f"{a}={b}" for a, b in pairs.items())
+
+
 class AssistantConfig(_Strict):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     backend: BackendConfig = BackendConfig()
     scene_memory: SceneMemoryConfig = SceneMemoryConfig()
     topics: TopicsConfig = TopicsConfig()
+    intent: IntentConfig = IntentConfig()
     max_history_messages: int = Field(16, gt=0)
     # how earlier turns reach the model (bolt_ros/assistant/conversation.py): verbatim messages, or a short memory
     # at the top of each user message; memory_turns: turns it covers; memory_replies: it quotes the robot's replies
@@ -90,15 +134,20 @@ class AssistantConfig(_Strict):
     @field_validator("tools", mode="before")
     @classmethod
     def _tools_from_yaml(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            v = yaml.safe_load(v) if v.strip() else []
-            if not isinstance(v, list):
-                raise ValueError("tools must be a YAML list of tool declarations")
-        return v
+        return _yaml_list(v, "tools must be a YAML list of tool declarations")
 
     @field_serializer("tools")
     def _tools_to_yaml(self, tools: list[ToolSpec]) -> str:
         return yaml.safe_dump([t.model_dump(exclude_defaults=True) for t in tools], sort_keys=False) if tools else ""
+
+
+def _yaml_list(v: Any, error: str) -> Any:
+    """A list parameter that travels as one YAML string (ROS parameters have no list of maps): parsed here."""
+    if isinstance(v, str):
+        v = yaml.safe_load(v) if v.strip() else []
+        if not isinstance(v, list):
+            raise ValueError(error)
+    return v
 
 
 def to_ros_parameters(cfg: AssistantConfig) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bolt_ros.assistant.config import SceneMemoryConfig
 
@@ -74,7 +74,8 @@ SCENE_HEADER = "What you see (newest last):"
 # out: in a typed make run "Do it again!" was answered with the scene block, and another turn with 'They said "Look
 # to your left."', a copy of the note's pattern that shares no six words with it.
 PROMPT_MARKUP = re.compile(r"what you see \(newest last\)|(?:^|[\[\n])\s*-\s*(?:just now|\d+ s ago|\d+ min ago):"
-                           r"|earlier in this conversation \(oldest first\)|\b(?:they said|you answered)\s*[\"\u201c]",
+                           r"|earlier in this conversation|\(?oldest first\)?:"
+                           r"|\b(?:they said|you answered)\s*[\"\u201c]",
                            re.IGNORECASE)
 
 
@@ -92,6 +93,7 @@ class TurnRecord:
     said: str                 # the person's words
     reply: str                # what the robot said
     done: list[str]           # what its calls did ("you played your dance animation")
+    moves: list[str] = field(default_factory=list)  # the names of its calls that succeeded, in order
 
 
 class Conversation:
@@ -137,6 +139,10 @@ class Conversation:
         # "Based on the conversation, ..."): 61/84 turns right at seed 0 against 56, but 39 against 54 at seed 1,
         # where it fell into "You can call the function ..." (bench_conversation, docs/conversation.md)
         return MEMORY_HEADER + "\n" + "\n".join(lines) if lines else ""
+
+    def last_move(self) -> str | None:
+        """The name of the robot's last successful call in this conversation ("again" repeats it)."""
+        return next((r.moves[-1] for r in reversed(self.records) if r.moves), None)
 
     def recent_replies(self, n: int = 12) -> list[str]:
         return [r.reply for r in self.records[-n:] if r.reply]

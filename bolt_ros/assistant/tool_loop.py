@@ -59,8 +59,9 @@ ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]
 
 class ToolLoop:
     def __init__(self, backend: ChatBackend, call_tool: ToolCaller, emit: Callable[[LoopEvent], None], *,
-                 max_tool_rounds: int = 3, max_sentences: int = 0, at_a_loss: list[str] = ()):
+                 max_tool_rounds: int = 3, max_sentences: int = 0, at_a_loss: list[str] = (), intent=None):
         self.backend = backend
+        self.intent = intent  # an IntentClassifier: act or talk is decided before the model's words (intent.py)
         self.at_a_loss = list(at_a_loss)  # lines for a turn that would end in silence: nothing spoken, nothing done
         self.call_tool = call_tool
         self.emit = emit
@@ -70,28 +71,61 @@ class ToolLoop:
         self._reworded = False  # a sentence of this model call was spoken without its framing (_unframe)
 
     def run(self, conv: Conversation, user_msg: dict, tools: list[dict], *, enable_thinking: bool,
-            cancel: threading.Event, t0: float | None = None) -> TurnResult:
+            cancel: threading.Event, t0: float | None = None, utterance: str | None = None) -> TurnResult:
+        """One turn. utterance: the person's own words (without the scene block), for the intent classifier."""
         t0 = time.perf_counter() if t0 is None else t0
         res = TurnResult(messages=[user_msg])
         try:
-            for rnd in range(self.max_tool_rounds + 1):
-                calls = self._model_call(conv, res, tools, enable_thinking, cancel, t0,
-                                         words_only=rnd == self.max_tool_rounds)
-                if res.stopped == "repeated tool call" and not res.spoken and not res.cancelled:
-                    # the model asked for what it already did: the action is done, so it gets one more call that
-                    # may only be words, to say so (small models otherwise end most acting turns in silence)
-                    res.stopped = ""
-                    self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
-                    break
-                if res.cancelled or res.stopped or not calls:
-                    break
-                n_done = len(res.tool_results)
-                self._run_tools(calls, res, cancel, allowed=rnd < self.max_tool_rounds)
-                if res.cancelled or self._say_instead(conv, res.tool_results[n_done:], res):
-                    break
+            if self.intent is not None and utterance is not None:
+                self._decided_turn(conv, utterance, res, tools, enable_thinking, cancel, t0)
+            else:
+                self._model_turn(conv, res, tools, enable_thinking, cancel, t0)
         except Exception as e:  # a failing engine ends the turn with an error event; the node keeps running
             res.error = f"{type(e).__name__}: {e}"
             self.emit(LoopEvent("error", res.error))
+        return self._finish(conv, res, t0)
+
+    def _decided_turn(self, conv, utterance, res, tools, enable_thinking, cancel, t0) -> None:
+        """The intent classifier decides: its call runs (then the tool's own line, or words over a result the
+        model must read) or the model answers in words, with no tools shown (so no call, and no talk of them)."""
+        self._set_state(THINKING)
+        res.t_request = time.perf_counter()
+        decision = self.intent.decide(utterance, tools, conv.last_move(), cancel=cancel)
+        if decision is None or cancel.is_set():
+            res.cancelled = True
+            return
+        res.stats.update(intent=decision.label, intent_p=round(decision.p, 3),
+                         intent_ms=(time.perf_counter() - res.t_request) * 1e3)
+        if decision.call is not None:
+            call = decision.call
+            res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
+            self.emit(LoopEvent("tool_call", call=call))
+            res.messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]})
+            self._run_tools([call], res, cancel, allowed=True)
+            if res.cancelled or self._say_instead(conv, res.tool_results, res):
+                return
+        self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
+
+    def _model_turn(self, conv, res, tools, enable_thinking, cancel, t0) -> None:
+        """The model decides: its calls run and their results go back to it, for up to max_tool_rounds rounds."""
+        for rnd in range(self.max_tool_rounds + 1):
+            calls = self._model_call(conv, res, tools, enable_thinking, cancel, t0,
+                                     words_only=rnd == self.max_tool_rounds)
+            if res.stopped == "repeated tool call" and not res.spoken and not res.cancelled:
+                # the model asked for what it already did: the action is done, so it gets one more call that
+                # may only be words, to say so (small models otherwise end most acting turns in silence)
+                res.stopped = ""
+                self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
+                break
+            if res.cancelled or res.stopped or not calls:
+                break
+            n_done = len(res.tool_results)
+            self._run_tools(calls, res, cancel, allowed=rnd < self.max_tool_rounds)
+            if res.cancelled or self._say_instead(conv, res.tool_results[n_done:], res):
+                break
+
+    def _finish(self, conv, res, t0) -> TurnResult:
         if self.at_a_loss and not (res.spoken or res.tool_calls or res.cancelled or res.error):
             # every sentence was held back (the memory note read out, a call written as text): a person asked and
             # deserves an answer, not silence

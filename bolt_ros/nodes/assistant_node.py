@@ -26,6 +26,7 @@ from bolt_ros.assistant.backend import BackendError, ChatBackend
 from bolt_ros.assistant.backend_factory import make_backend
 from bolt_ros.assistant.config import AssistantConfig, from_ros_parameters, to_ros_parameters
 from bolt_ros.assistant.conversation import Conversation, SceneMemory, TurnRecord
+from bolt_ros.assistant.intent import IntentClassifier
 from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult, arguments_json
 from bolt_ros.assistant.tools import ToolRegistry
 from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, ToolCall, ToolResult
@@ -35,7 +36,7 @@ from bolt_ros.nodes.tool_router import ToolRouter
 _KIND = {"text": AssistantEvent.TEXT_DELTA, "sentence": AssistantEvent.SENTENCE, "tool_call": AssistantEvent.TOOL_CALL,
          "tool_result": AssistantEvent.TOOL_RESULT, "state": AssistantEvent.STATE,
          "thought": AssistantEvent.THOUGHT_DELTA, "error": AssistantEvent.ERROR}
-_RESTART_ONLY = ("backend.", "tools", "topics.", "scene_memory.")  # parameters read once at startup
+_RESTART_ONLY = ("backend.", "tools", "topics.", "scene_memory.", "intent.")  # parameters read once at startup
 MAX_CONVERSATIONS = 16
 # speech_recognizer says here that the person started speaking over the robot (std_msgs/String; remap to move it)
 BARGE_IN_TOPIC = "speech/barge_in"
@@ -72,6 +73,7 @@ class AssistantNode(Node):
         self.config = self._declare_config(config or AssistantConfig())
         try:
             self.backend = backend if backend is not None else make_backend(self.config.backend)
+            self.intent = IntentClassifier.create(self.config.intent, self.backend)  # None when off
         except (BackendError, ValueError, OSError) as e:
             self.destroy_node()
             raise ValueError(f"node {self.get_name()!r}: cannot start backend {self.config.backend.kind!r}: {e}") from e
@@ -266,8 +268,11 @@ class AssistantNode(Node):
         if cid is None or prime is None or not self.config.prefill_between_turns:
             return
         t0 = time.perf_counter()
+        tools = self.registry.openai_tools()
         try:
-            n = prime(self._conversation(cid).messages(), self.registry.openai_tools(), cancel=self._closing)
+            if self.intent is not None:  # its examples once; the words prompt then shows no tools (tool_loop)
+                self.intent.prime(tools, cancel=self._closing)
+            n = prime(self._conversation(cid).messages(), [] if self.intent else tools, cancel=self._closing)
         except Exception as e:  # only a head start: the turn itself runs whatever was not prefilled
             self.get_logger().warning(f"prefilling the next turn failed: {type(e).__name__}: {e}")
             return
@@ -281,10 +286,10 @@ class AssistantNode(Node):
             scene = self.scene.render()
         loop = ToolLoop(self.backend, self.router.call, lambda ev: self._emit(job, ev),
                         max_tool_rounds=cfg.max_tool_rounds, max_sentences=cfg.max_sentences,
-                        at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()])
+                        at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()], intent=self.intent)
         user_msg = conv.user_message(job.utterance, scene)
         res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
-                       cancel=job.cancel, t0=job.t_received)
+                       cancel=job.cancel, t0=job.t_received, utterance=job.utterance)
         if res.t_request:
             self.latency["utterance_to_request"].append((res.t_request - job.t_received) * 1e3)
         # logged after the turn: logging before the engine request would sit on the utterance -> request path
@@ -292,8 +297,9 @@ class AssistantNode(Node):
         if res.cancelled and job.t_cancel:
             self.latency["barge_in_stop"].append((time.perf_counter() - job.t_cancel) * 1e3)
             self.get_logger().info(f"turn interrupted ({job.interrupted_by}) after {res.stats['total_ms']:.0f} ms")
-        conv.commit(res.messages, TurnRecord(job.utterance, res.text, [r.done for r in res.tool_results
-                                                                        if r.ok and r.done]))
+        ok = [(c, r) for c, r in zip(res.tool_calls, res.tool_results) if r.ok]
+        conv.commit(res.messages, TurnRecord(job.utterance, res.text, [r.done for _, r in ok if r.done],
+                                             [c.name for c, _ in ok]))
         if res.error:
             self.get_logger().error(f"turn failed: {res.error}")
         else:

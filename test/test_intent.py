@@ -1,0 +1,141 @@
+"""Act or talk decided before any words (bolt_ros/assistant/intent.py) on the real default chat model, greedy-free:
+the option probabilities (engine.decode.choice) against constrained decoding computed by hand, the classifier with
+make run's config on clear cases, "again" / "the other way" resolved from the robot's last move, and the tool loop
+running the classifier's call without asking the model for one."""
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import torch
+
+from bolt_ros.assistant.backend import TextDelta
+from bolt_ros.assistant.config import IntentConfig, from_ros_parameters, load_params_file
+from bolt_ros.assistant.conversation import Conversation, TurnRecord
+from bolt_ros.assistant.intent import REPEAT, REVERSE, TALK, IntentClassifier
+from bolt_ros.assistant.scripted import ScriptedBackend
+from bolt_ros.assistant.tool_loop import ToolLoop
+from bolt_ros.assistant.tools import ToolOutcome
+from bolt_ros.engine.decode.choice import check_prefix_free, option_probabilities
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.default_models import resolve_model
+from bolt_ros.graph import package_file
+from bolt_ros.train.prompts import assistant_messages
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.load(resolve_model("default-chat"), n_ctx=1024)
+
+
+@pytest.fixture(scope="module")
+def tools() -> list[dict]:
+    return assistant_messages("")[1]
+
+
+@pytest.fixture(scope="module")
+def classifier(engine) -> IntentClassifier:
+    cfg = from_ros_parameters(load_params_file(package_file("config/assistant.yaml"), "assistant_node"))
+    return IntentClassifier(engine, cfg.intent)
+
+
+def _by_hand(engine, prompt: list[int], options: list[list[int]]) -> list[float]:
+    """Each option's probability under decoding constrained to the options: at each step the model's distribution
+    renormalized over the tokens that continue some option with the same prefix; one full forward per option."""
+    logp = []
+    for opt in options:
+        logits = engine.forward(engine.new_session(), prompt + opt, logits="all")  # [len, vocab]
+        total = 0.0
+        for t, tok in enumerate(opt):
+            allowed = sorted({o[t] for o in options if len(o) > t and o[:t] == opt[:t]})
+            lp = torch.log_softmax(logits[len(prompt) - 1 + t].float(), -1)
+            total += float(lp[tok] - torch.logsumexp(lp[allowed], 0))
+        logp.append(total)
+    p = torch.softmax(torch.tensor(logp, dtype=torch.float64), 0)
+    return p.tolist()
+
+
+def test_option_probabilities_are_constrained_decoding(engine):
+    tok = engine.tok
+    prompt = tok.encode("Person: please turn to your left.\nRobot action:", add_bos=tok.add_bos)
+    options = [tok.encode(s, add_bos=False) for s in (" head_left", " head_right", " head_center", " dance", " talk")]
+    check_prefix_free(options)
+    assert len({o[0] for o in options[:3]}) == 1, "the head options must share a first token (the trie's branch)"
+    session = engine.new_session()
+    got = option_probabilities(engine, session, prompt, options)
+    want = _by_hand(engine, prompt, options)
+    # the same model's logits for the same positions, run as one prompt plus 1-token steps against one full
+    # sequence: fp32 accumulation order differs at most (~1e-6 relative in the logits), far below 1e-4 in p
+    assert got == pytest.approx(want, abs=1e-4)
+    assert abs(sum(got) - 1) < 1e-9
+    assert session.tokens == prompt, "the session keeps the prompt (prefix reuse) but none of the options"
+    # negative control: a walk that stopped at the shared first token could not tell the head options apart
+    assert abs(got[0] - got[1]) > 1e-3, got
+
+
+def test_options_must_be_prefix_free_and_cancel_returns_none(engine):
+    with pytest.raises(ValueError, match="prefix-free"):
+        check_prefix_free([[5, 6], [5]])
+    cancel = threading.Event()
+    cancel.set()
+    assert option_probabilities(engine, engine.new_session(), [1, 2, 3], [[4], [5]], cancel=cancel) is None
+
+
+def test_labels_are_the_parameterless_tools(classifier, tools):
+    labels = classifier.labels_for(tools)
+    assert "dance" in labels and "look_left" in labels and "list_animations" in labels
+    assert "move_head" not in labels  # required arguments: not a label (the model's call, with intent off)
+    assert labels[-3:] == [TALK, REPEAT, REVERSE]
+
+
+@pytest.mark.parametrize(("utterance", "last", "label", "call"), [
+    ("Please dance for me!", None, "dance", "dance"),
+    ("Hello, nice to meet you!", None, TALK, None),
+    ("What is the capital of France?", "look_left", TALK, None),
+    ("Look to your left.", None, "look_left", "look_left"),
+    ("Now the other way.", "look_left", REVERSE, "look_right"),
+    ("That was great, one more time!", "dance", REPEAT, "dance"),
+    ("One more time!", None, REPEAT, None),   # nothing to repeat: answered in words
+])
+def test_decisions_on_clear_cases(classifier, tools, utterance, last, label, call):
+    d = classifier.decide(utterance, tools, last)
+    assert d.label == label, (utterance, sorted(d.probs.items(), key=lambda x: -x[1])[:3])
+    assert (d.call.name if d.call else None) == call
+    assert d.call is None or d.call.arguments == {}
+
+
+def test_examples_for_missing_tools_are_left_out_and_aliases_checked(engine, tools):
+    cfg = IntentConfig(enabled=True, examples=[{"say": "Dance!", "do": "dance"}, {"say": "Hi", "do": "talk"}])
+    c = IntentClassifier(engine, cfg)
+    c.decide("Hi", [t for t in tools if t["function"]["name"] != "dance"])
+    assert [m["content"] for m in c._prompt if m["role"] == "user"] == ["Hi"]
+    bad = IntentClassifier(engine, IntentConfig(enabled=True, aliases={"nod": "sad_no", "sad": "sad"}))
+    with pytest.raises(ValueError, match=r"intent\.aliases"):  # "sad" starts "sad_no": no way to tell them apart
+        bad.decide("Hi", tools)
+
+
+def test_the_loop_runs_the_classifier_call_and_asks_the_model_only_for_words(classifier, tools):
+    backend = ScriptedBackend([{"match": ".*", "reply": [{"text": "Paris is the capital."}]}])
+    ran = []
+
+    def call_tool(call, cancel):
+        ran.append((call.name, call.arguments))
+        return ToolOutcome(call.id, call.name, True, content=json.dumps({"status": "succeeded"}),
+                           say=["Here you go!"])
+
+    events = []
+    loop = ToolLoop(backend, call_tool, events.append, intent=classifier)
+    conv = Conversation("You are Bolt.", history="memory")
+    for utterance in ("Please dance for me!", "What is the capital of France?", "Again, please!"):
+        res = loop.run(conv, conv.user_message(utterance), tools, enable_thinking=False, cancel=threading.Event(),
+                       utterance=utterance)
+        assert not res.error
+        conv.commit(res.messages, TurnRecord(utterance, res.text, [], [c.name for c in res.tool_calls]))
+    assert ran == [("dance", {}), ("dance", {})]      # the second dance: "again" after the first
+    assert len(backend.requests) == 1                 # the model was asked once, for the question's words
+    req = backend.requests[0]
+    assert req["words_only"] is True
+    sentences = [e.text for e in events if e.kind == "sentence"]
+    assert sentences[1] == "Paris is the capital." and "Here you go!" in sentences[0]
+    assert not any(isinstance(e, TextDelta) for e in events)
