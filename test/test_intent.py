@@ -139,3 +139,26 @@ def test_the_loop_runs_the_classifier_call_and_asks_the_model_only_for_words(cla
     sentences = [e.text for e in events if e.kind == "sentence"]
     assert sentences[1] == "Paris is the capital." and "Here you go!" in sentences[0]
     assert not any(isinstance(e, TextDelta) for e in events)
+
+
+def test_a_reply_that_parrots_is_sampled_anew(classifier, tools):
+    """The person's words given back ("Let's play a game!" -> "Sure, let's play a game!") or a recent reply copied
+    from the memory note ("Goodbye! How about you?" to three turns in bench_conversation): the reply is cut there
+    and, when nothing was said yet, the model is asked again (a new sample), not left silent."""
+    replies = iter(["Sure, let's play a game! What game?", "Okay! Which game do you like?",
+                    "Goodbye! How about you?", "I'm glad you smiled."])
+    backend = ScriptedBackend(lambda messages: [{"text": next(replies)}])
+    loop = ToolLoop(backend, lambda call, cancel: None, lambda ev: None, intent=classifier)
+    conv = Conversation("You are Bolt.", history="memory")
+    res = loop.run(conv, conv.user_message("Let's play a game!"), tools, enable_thinking=False,
+                   cancel=threading.Event(), utterance="Let's play a game!")
+    assert res.spoken == ["Okay!", "Which game do you like?"] and len(backend.requests) == 2
+    conv.commit(res.messages, TurnRecord("Let's play a game!", "Goodbye! How about you?", []))
+    res = loop.run(conv, conv.user_message("Haha, that made me smile."), tools, enable_thinking=False,
+                   cancel=threading.Event(), utterance="Haha, that made me smile.")
+    assert res.spoken == ["I'm glad you smiled."] and len(backend.requests) == 4
+    # negative control: words of its own, and a short stock line said before ("Okay!"), are spoken at once
+    replies = iter(["Okay! I love games."])
+    res = loop.run(conv, conv.user_message("Do you like games?"), tools, enable_thinking=False,
+                   cancel=threading.Event(), utterance="Do you like games?")
+    assert res.spoken == ["Okay!", "I love games."] and len(backend.requests) == 5

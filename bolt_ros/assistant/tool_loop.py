@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from typing import Literal
 
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
@@ -69,12 +70,16 @@ class ToolLoop:
         self.max_sentences = max_sentences  # 0 = no limit
         self._state = IDLE
         self._reworded = False  # a sentence of this model call was spoken without its framing (_unframe)
+        self._held: str | None = None  # a short opening waiting for the next sentence (_speak)
+        self._utterance, self._said_before = "", set()  # what a model's sentence must not parrot (_parrots)
 
     def run(self, conv: Conversation, user_msg: dict, tools: list[dict], *, enable_thinking: bool,
             cancel: threading.Event, t0: float | None = None, utterance: str | None = None) -> TurnResult:
         """One turn. utterance: the person's own words (without the scene block), for the intent classifier."""
         t0 = time.perf_counter() if t0 is None else t0
         res = TurnResult(messages=[user_msg])
+        self._utterance = _norm(utterance or "")
+        self._said_before = _said(conv.recent_replies(PARROT_TURNS))
         try:
             if self.intent is not None and utterance is not None:
                 self._decided_turn(conv, utterance, res, tools, enable_thinking, cancel, t0)
@@ -105,7 +110,11 @@ class ToolLoop:
             self._run_tools([call], res, cancel, allowed=True)
             if res.cancelled or self._say_instead(conv, res.tool_results, res):
                 return
-        self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
+        for _ in range(1 + RESAMPLES):
+            self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
+            if res.stopped != PARROTED or res.spoken or res.cancelled:
+                break
+            res.stopped = ""  # it opened by parroting: a new sample (the sampler has moved on), not silence
 
     def _model_turn(self, conv, res, tools, enable_thinking, cancel, t0) -> None:
         """The model decides: its calls run and their results go back to it, for up to max_tool_rounds rounds."""
@@ -147,7 +156,7 @@ class ToolLoop:
                     words_only: bool = False) -> list[ToolCallRequest]:
         self._set_state(THINKING)
         splitter, text, calls = SentenceSplitter(), [], []
-        n_spoken, self._reworded = len(res.spoken), False
+        n_spoken, self._reworded, self._held = len(res.spoken), False, None
         if not res.t_request:
             res.t_request = time.perf_counter()
         budget = getattr(self.backend, "context_budget", None)  # tokens the prompt may take (None: unknown)
@@ -191,6 +200,7 @@ class ToolLoop:
         if not res.cancelled and not res.stopped:  # an interrupted reply's last fragment is not spoken
             for s in splitter.flush():
                 self._speak(s, res)
+        self._release_held(res)
         if res.stopped or res.cancelled or self._reworded:
             # the history keeps what was said, not the loop that was cut off nor the fragment a barge-in
             # interrupted (a small model shown its own unfinished reply tends to repeat it in the next turn), nor a
@@ -207,8 +217,35 @@ class ToolLoop:
             res.messages.append(msg)
         return calls
 
-    def _speak(self, sentence: str, res: TurnResult) -> bool:
-        """Emit a sentence for speech unless it repeats one of this turn; False when the reply must stop here."""
+    def _speak(self, sentence: str, res: TurnResult, *, model: bool = True) -> bool:
+        """Emit a sentence for speech unless it must not be said; False when the reply must stop here.
+        model: the model's words, held to _parrots (a tool's own line is not); a short opening that also opened a
+        recent reply ("Goodbye!") waits for the next sentence, since the two together may be that reply copied."""
+        if res.stopped:
+            return False
+        if model:
+            opening = [*res.spoken, *([self._held] if self._held else []), sentence]
+            if self._parrots(sentence, opening, res):
+                res.stopped, self._held = PARROTED, None
+                return False
+            short = _norm(sentence)
+            if self._held is None and not res.spoken and len(short.split()) < PARROT_WORDS and any(
+                    x.startswith(short + " ") for x in self._said_before):
+                self._held = sentence  # it opens a recent reply: what follows decides
+                return True
+            if self._held is not None:
+                held, self._held = self._held, None
+                if not self._say(held, res):
+                    return False
+        return self._say(sentence, res)
+
+    def _release_held(self, res: TurnResult) -> None:
+        """The reply ended after its short opening: that opening is said now (unless the turn was cut off)."""
+        held, self._held = self._held, None
+        if held is not None and not (res.stopped or res.cancelled):
+            self._say(held, res)
+
+    def _say(self, sentence: str, res: TurnResult) -> bool:
         if res.stopped:
             return False
         plain = _unframe(sentence)
@@ -240,9 +277,19 @@ class ToolLoop:
         line = _fresh_line(conv, outcomes[-1].say)
         res.messages.append({"role": "assistant", "content": line})
         self._set_state(SPEAKING)
-        self._speak(line, res)
+        self._speak(line, res, model=False)
         res.text += ("" if not res.text else " ") + line
         return True
+
+    def _parrots(self, sentence: str, opening: list[str], res: TurnResult) -> bool:
+        """The person's words given back as the reply's opening ("Let's play a game!" -> "Sure, let's play a
+        game!"), or a sentence or a reply's opening of at least PARROT_WORDS words that a recent turn already said:
+        a small model copies its memory note's quoted replies ("Goodbye! How about you?" to three turns)."""
+        s, joined = _norm(sentence), _norm(" ".join(opening))
+        if not res.spoken and len(self._utterance.split()) >= 3 and (
+                joined.startswith(self._utterance) or SequenceMatcher(None, s, self._utterance).ratio() >= 0.8):
+            return True
+        return any(len(x.split()) >= PARROT_WORDS and x in self._said_before for x in (s, joined))
 
     def _run_tools(self, calls, res, cancel, *, allowed: bool) -> None:
         self._set_state(ACTING)
@@ -303,6 +350,8 @@ def _utf8_bound(messages: list[dict], tools: list[dict]) -> int:
 
 # a call opener, a code fence, a leading `{` or a JSON object anywhere (`({"name": "nod", ...})`), never braces
 # around words: the grammar keeps embedded models from these, an OpenAI-compatible server's model may still write them
+# a model's reply that parrots is cut there (ToolLoop._parrots); one that opens so is sampled anew this many times
+PARROTED, RESAMPLES, PARROT_TURNS, PARROT_WORDS = "parroted", 2, 6, 4
 PROMPT_ECHO_WORDS = 6  # a run of this many words of the memory note in a sentence: the note read out
 
 
@@ -327,6 +376,21 @@ def _unframe(sentence: str) -> str:
         return sentence
     rest = sentence[m.end():]
     return rest[:1].upper() + rest[1:]
+
+
+def _said(replies: list[str]) -> set[str]:
+    """Every sentence of these replies and every opening of each ("goodbye", "goodbye how about you"), normalized."""
+    out = set()
+    for r in replies:
+        ss = [_norm(x) for x in _sentences(r)]
+        out.update(ss)
+        out.update(" ".join(ss[:i]) for i in range(2, len(ss) + 1))
+    return out
+
+
+def _sentences(text: str) -> list[str]:
+    splitter = SentenceSplitter()
+    return splitter.push(text) + splitter.flush()
 
 
 def _norm(sentence: str) -> str:
