@@ -65,10 +65,10 @@ class IntentClassifier:
 
     # ---- the prompt ---------------------------------------------------------------------------------------------
     def labels_for(self, tools: list[dict]) -> list[str]:
-        """The labels these tools give: every tool without required arguments, then talk / repeat / reverse."""
+        """The labels these tools give: talk, every tool without required arguments, then repeat / reverse."""
         names = [t["function"]["name"] for t in tools
                  if not (t["function"].get("parameters") or {}).get("required")]
-        return [*names, TALK] + ([REPEAT, REVERSE] if names else [])
+        return [TALK, *names] + ([REPEAT, REVERSE] if names else [])
 
     def _build(self, tools: list[dict]) -> None:
         names = self.labels_for(tools)
@@ -83,7 +83,9 @@ class IntentClassifier:
         except ValueError as e:
             raise ValueError(f"intent labels {shown}: one is the start of another ({e}); rename one with "
                              "intent.aliases") from e
-        prompt = [{"role": "system", "content": self.cfg.instructions.format(labels=", ".join(shown))}]
+        described = {t["function"]["name"]: t["function"].get("description", "") for t in tools}
+        menu = "\n".join(f"- {alias(n, n)}: {described[n]}" for n in names if described.get(n))
+        prompt = [{"role": "system", "content": self.cfg.instructions.format(labels=", ".join(shown), menu=menu)}]
         for ex in self.cfg.examples:
             if ex.do in names:  # an example for an animation this robot lacks is left out
                 prompt += [{"role": "user", "content": ex.say}, {"role": "assistant", "content": alias(ex.do, ex.do)}]
