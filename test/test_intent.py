@@ -157,8 +157,22 @@ def test_a_reply_that_parrots_is_sampled_anew(classifier, tools):
     res = loop.run(conv, conv.user_message("Haha, that made me smile."), tools, enable_thinking=False,
                    cancel=threading.Event(), utterance="Haha, that made me smile.")
     assert res.spoken == ["I'm glad you smiled."] and len(backend.requests) == 4
+    # the echo as the second sentence: what came before it stays the reply
+    replies = iter(["Sure! Let's play a game!"])
+    res = loop.run(conv, conv.user_message("Let's play a game!"), tools, enable_thinking=False,
+                   cancel=threading.Event(), utterance="Let's play a game!")
+    assert res.spoken == ["Sure!"] and res.stopped == "parroted" and len(backend.requests) == 5
     # negative control: words of its own, and a short stock line said before ("Okay!"), are spoken at once
     replies = iter(["Okay! I love games."])
     res = loop.run(conv, conv.user_message("Do you like games?"), tools, enable_thinking=False,
                    cancel=threading.Event(), utterance="Do you like games?")
-    assert res.spoken == ["Okay!", "I love games."] and len(backend.requests) == 5
+    assert res.spoken == ["Okay!", "I love games."] and len(backend.requests) == 6
+
+
+def test_a_backend_without_an_engine_leaves_the_choice_to_the_model(engine):
+    """`make run ARGS="backend:=scripted"` and a server backend keep working with make run's config: the model (or
+    script) decides, as with the classifier off; the embedded backend's engine is shared, not loaded again."""
+    assert IntentClassifier.create(IntentConfig(enabled=True), ScriptedBackend([])) is None
+    assert IntentClassifier.create(IntentConfig(enabled=False), object()) is None
+    holder = type("Embedded", (), {"engine": engine})()
+    assert IntentClassifier.create(IntentConfig(enabled=True), holder).engine is engine

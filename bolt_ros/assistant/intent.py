@@ -49,14 +49,14 @@ class IntentClassifier:
     @classmethod
     def create(cls, cfg: IntentConfig, backend) -> IntentClassifier | None:
         """The configured classifier, or None when it is off. model_path `same` shares the embedded backend's
-        engine (weights and all); another model is loaded beside it."""
+        engine (weights and all); with a backend that has none (a server, a script) the model decides, as with
+        the classifier off. Another model_path is loaded beside the backend."""
         if not cfg.enabled:
             return None
         if cfg.model_path == "same":
             engine = getattr(backend, "engine", None)
             if engine is None:
-                raise ValueError("intent.model_path 'same' needs the embedded backend (its engine); give the "
-                                 "classifier a model of its own (intent.model_path) or set intent.enabled false")
+                return None
         else:
             from bolt_ros.engine.decode.generate import Engine
             from bolt_ros.engine.default_models import resolve_model

@@ -282,11 +282,12 @@ class ToolLoop:
         return True
 
     def _parrots(self, sentence: str, opening: list[str], res: TurnResult) -> bool:
-        """The person's words given back as the reply's opening ("Let's play a game!" -> "Sure, let's play a
-        game!"), or a sentence or a reply's opening of at least PARROT_WORDS words that a recent turn already said:
-        a small model copies its memory note's quoted replies ("Goodbye! How about you?" to three turns)."""
+        """The person's words given back in the reply's first two sentences ("Let's play a game!" -> "Sure! Let's
+        play a game!": "Sure!" stays the reply), or a sentence or an opening of at least PARROT_WORDS words that a
+        recent reply already said: a small model copies its memory note's quoted replies ("Goodbye! How about
+        you?" to three turns)."""
         s, joined = _norm(sentence), _norm(" ".join(opening))
-        if not res.spoken and len(self._utterance.split()) >= 3 and (
+        if len(res.spoken) < 2 and len(self._utterance.split()) >= 3 and (
                 joined.startswith(self._utterance) or SequenceMatcher(None, s, self._utterance).ratio() >= 0.8):
             return True
         return any(len(x.split()) >= PARROT_WORDS and x in self._said_before for x in (s, joined))
