@@ -68,6 +68,12 @@ class EmbeddedBackend:
         return f"embedded {self.engine.gguf.path.name}" + (f" + DFlash drafter {draft.path.name}" if draft else "")
 
     @property
+    def samples(self) -> bool:
+        """Whether a second call on the same prompt can answer differently (not greedy): ToolLoop resamples a
+        parroting reply only then."""
+        return self.sampling.temperature > 0 and self.sampling.top_k != 1
+
+    @property
     def context_budget(self) -> int:
         """Tokens a prompt may take: the context less room for the longest reply."""
         return self.engine.n_ctx - self.sampling.max_tokens - 1

@@ -15,7 +15,6 @@ reported through `emit` as it happens.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from typing import Literal
 
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
+from bolt_ros.assistant.reply_text import CALL_AS_TEXT, ngrams, norm, said_before, unframe
 from bolt_ros.assistant.sentences import SentenceSplitter
 from bolt_ros.assistant.tools import ToolOutcome
 
@@ -69,7 +69,7 @@ class ToolLoop:
         self.max_tool_rounds = max_tool_rounds
         self.max_sentences = max_sentences  # 0 = no limit
         self._state = IDLE
-        self._reworded = False  # a sentence of this model call was spoken without its framing (_unframe)
+        self._reworded = False  # a sentence of this model call was spoken without its framing (unframe)
         self._held: str | None = None  # a short opening waiting for the next sentence (_speak)
         self._utterance, self._said_before = "", set()  # what a model's sentence must not parrot (_parrots)
 
@@ -78,8 +78,8 @@ class ToolLoop:
         """One turn. utterance: the person's own words (without the scene block), for the intent classifier."""
         t0 = time.perf_counter() if t0 is None else t0
         res = TurnResult(messages=[user_msg])
-        self._utterance = _norm(utterance or "")
-        self._said_before = _said(conv.recent_replies(PARROT_TURNS))
+        self._utterance = norm(utterance or "")
+        self._said_before = said_before(conv.recent_replies(PARROT_TURNS))
         try:
             if self.intent is not None and utterance is not None:
                 self._decided_turn(conv, utterance, res, tools, enable_thinking, cancel, t0)
@@ -110,7 +110,7 @@ class ToolLoop:
             self._run_tools([call], res, cancel, allowed=True)
             if res.cancelled or self._say_instead(conv, res.tool_results, res):
                 return
-        for _ in range(1 + RESAMPLES):
+        for _ in range(1 + (RESAMPLES if getattr(self.backend, "samples", True) else 0)):
             self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
             if res.stopped != PARROTED or res.spoken or res.cancelled:
                 break
@@ -166,7 +166,7 @@ class ToolLoop:
             messages = conv.fitted(res.messages, lambda m: _utf8_bound(m, tools) <= budget
                                    or self.backend.prompt_tokens(m, tools) <= budget)
         # the conversation's memory (system messages after the first) is never read out as speech
-        self._memory = _ngrams(" ".join(m["content"] for m in messages[1:] if m["role"] == "system"))
+        self._memory = ngrams(" ".join(m["content"] for m in messages[1:] if m["role"] == "system"))
         stream = self.backend.stream_chat(messages, tools, enable_thinking=enable_thinking, cancel=cancel,
                                           words_only=words_only)
         try:
@@ -228,7 +228,7 @@ class ToolLoop:
             if self._parrots(sentence, opening, res):
                 res.stopped, self._held = PARROTED, None
                 return False
-            short = _norm(sentence)
+            short = norm(sentence)
             if self._held is None and not res.spoken and len(short.split()) < PARROT_WORDS and any(
                     x.startswith(short + " ") for x in self._said_before):
                 self._held = sentence  # it opens a recent reply: what follows decides
@@ -248,18 +248,18 @@ class ToolLoop:
     def _say(self, sentence: str, res: TurnResult) -> bool:
         if res.stopped:
             return False
-        plain = _unframe(sentence)
+        plain = unframe(sentence)
         if plain != sentence:
             self._reworded, sentence = True, plain
             if not sentence:
                 return True
-        if _CALL_AS_TEXT.search(sentence):  # a call written as text (any backend's model): not speech
+        if CALL_AS_TEXT.search(sentence):  # a call written as text (any backend's model): not speech
             res.stopped = "tool call as text"
             return False
-        if _norm(sentence) in {_norm(s) for s in res.spoken}:
+        if norm(sentence) in {norm(s) for s in res.spoken}:
             res.stopped = "repetition"
             return False
-        if _ngrams(sentence) & getattr(self, "_memory", set()) or PROMPT_MARKUP.search(sentence):
+        if ngrams(sentence) & getattr(self, "_memory", set()) or PROMPT_MARKUP.search(sentence):
             res.stopped = "prompt read out"  # a small model at a loss copies its memory note or scene block
             return False
         res.spoken.append(sentence)
@@ -286,7 +286,7 @@ class ToolLoop:
         play a game!": "Sure!" stays the reply), or a sentence or an opening of at least PARROT_WORDS words that a
         recent reply already said: a small model copies its memory note's quoted replies ("Goodbye! How about
         you?" to three turns)."""
-        s, joined = _norm(sentence), _norm(" ".join(opening))
+        s, joined = norm(sentence), norm(" ".join(opening))
         if len(res.spoken) < 2 and len(self._utterance.split()) >= 3 and (
                 joined.startswith(self._utterance) or SequenceMatcher(None, s, self._utterance).ratio() >= 0.8):
             return True
@@ -316,9 +316,9 @@ class ToolLoop:
 
 def _fresh_line(conv: Conversation, options: list[str]) -> str:
     """The first of `options` not said in the recent turns, else the one said longest ago."""
-    recent = [_norm(r) for r in conv.recent_replies()]
-    return next((x for x in options if _norm(x) not in recent),
-                min(options, key=lambda x: max((i for i, r in enumerate(recent) if r == _norm(x)), default=-1)))
+    recent = [norm(r) for r in conv.recent_replies()]
+    return next((x for x in options if norm(x) not in recent),
+                min(options, key=lambda x: max((i for i, r in enumerate(recent) if r == norm(x)), default=-1)))
 
 
 def _merge_stats(acc: dict, new: dict) -> None:
@@ -349,53 +349,8 @@ def _utf8_bound(messages: list[dict], tools: list[dict]) -> int:
     return len(json.dumps([messages, tools], ensure_ascii=False).encode()) + 16 * len(messages)
 
 
-# a call opener, a code fence, a leading `{` or a JSON object anywhere (`({"name": "nod", ...})`), never braces
-# around words: the grammar keeps embedded models from these, an OpenAI-compatible server's model may still write them
 # a model's reply that parrots is cut there (ToolLoop._parrots); one that opens so is sampled anew this many times
 PARROTED, RESAMPLES, PARROT_TURNS, PARROT_WORDS = "parroted", 2, 6, 4
-PROMPT_ECHO_WORDS = 6  # a run of this many words of the memory note in a sentence: the note read out
-
-
-def _ngrams(text: str, n: int = PROMPT_ECHO_WORDS) -> set[tuple[str, ...]]:
-    words = _norm(text).split()
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-
-
-_CALL_AS_TEXT = re.compile(r'^\s*\{|<tool_call>|<\|tool_call>|```|\{\s*"')
-
-
-# "Based on the conversation, my favourite colour is green.": the 0.5B model frames answers by the prompt's memory
-# note (14 of 252 turns in bench_conversation, 2026-12-03); the framing is said by nobody, the rest is the answer
-_FRAMING = re.compile(r"^\s*(?:based on|according to|from|given) (?:the|this|our|your) (?:conversation|information"
-                      r"|context|memory|messages?|earlier turns)(?: so far| above| provided)?\s*,\s*", re.IGNORECASE)
-
-
-def _unframe(sentence: str) -> str:
-    """The sentence without a leading "Based on the conversation, " (capitalized again)."""
-    m = _FRAMING.match(sentence)
-    if not m:
-        return sentence
-    rest = sentence[m.end():]
-    return rest[:1].upper() + rest[1:]
-
-
-def _said(replies: list[str]) -> set[str]:
-    """Every sentence of these replies and every opening of each ("goodbye", "goodbye how about you"), normalized."""
-    out = set()
-    for r in replies:
-        ss = [_norm(x) for x in _sentences(r)]
-        out.update(ss)
-        out.update(" ".join(ss[:i]) for i in range(2, len(ss) + 1))
-    return out
-
-
-def _sentences(text: str) -> list[str]:
-    splitter = SentenceSplitter()
-    return splitter.push(text) + splitter.flush()
-
-
-def _norm(sentence: str) -> str:
-    return " ".join("".join(c for c in sentence.lower() if c.isalnum() or c.isspace()).split())
 
 
 def arguments_json(call: ToolCallRequest) -> str:

@@ -1,0 +1,56 @@
+"""What a model's spoken sentence is checked against: text helpers of the tool loop (bolt_ros/assistant/tool_loop.py).
+
+Normalized words, the prompt's note read out (runs of words shared with it), a call written as text, an answer framed
+by the conversation, and the sentences of earlier replies (what a reply must not parrot).
+"""
+from __future__ import annotations
+
+import re
+
+from bolt_ros.assistant.sentences import SentenceSplitter
+
+PROMPT_ECHO_WORDS = 6  # a run of this many words of the memory note in a sentence: the note read out
+
+
+def ngrams(text: str, n: int = PROMPT_ECHO_WORDS) -> set[tuple[str, ...]]:
+    words = norm(text).split()
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+# a call opener, a code fence, a leading `{` or a JSON object anywhere (`({"name": "nod", ...})`), never braces
+# around words: the grammar keeps embedded models from these, an OpenAI-compatible server's model may still write them
+CALL_AS_TEXT = re.compile(r'^\s*\{|<tool_call>|<\|tool_call>|```|\{\s*"')
+
+
+# "Based on the conversation, my favourite colour is green.": the 0.5B model frames answers by the prompt's memory
+# note (14 of 252 turns in bench_conversation, 2026-12-03); the framing is said by nobody, the rest is the answer
+FRAMING = re.compile(r"^\s*(?:based on|according to|from|given) (?:the|this|our|your) (?:conversation|information"
+                     r"|context|memory|messages?|earlier turns)(?: so far| above| provided)?\s*,\s*", re.IGNORECASE)
+
+
+def unframe(sentence: str) -> str:
+    """The sentence without a leading "Based on the conversation, " (capitalized again)."""
+    m = FRAMING.match(sentence)
+    if not m:
+        return sentence
+    rest = sentence[m.end():]
+    return rest[:1].upper() + rest[1:]
+
+
+def said_before(replies: list[str]) -> set[str]:
+    """Every sentence of these replies and every opening of each ("goodbye", "goodbye how about you"), normalized."""
+    out = set()
+    for r in replies:
+        ss = [norm(x) for x in sentences(r)]
+        out.update(ss)
+        out.update(" ".join(ss[:i]) for i in range(2, len(ss) + 1))
+    return out
+
+
+def sentences(text: str) -> list[str]:
+    splitter = SentenceSplitter()
+    return splitter.push(text) + splitter.flush()
+
+
+def norm(sentence: str) -> str:
+    return " ".join("".join(c for c in sentence.lower() if c.isalnum() or c.isspace()).split())
