@@ -83,9 +83,7 @@ class IntentClassifier:
         except ValueError as e:
             raise ValueError(f"intent labels {shown}: one is the start of another ({e}); rename one with "
                              "intent.aliases") from e
-        described = {t["function"]["name"]: t["function"].get("description", "") for t in tools}
-        menu = "\n".join(f"- {alias(n, n)}: {described[n]}" for n in names if described.get(n))
-        prompt = [{"role": "system", "content": self.cfg.instructions.format(labels=", ".join(shown), menu=menu)}]
+        prompt = [{"role": "system", "content": self.cfg.instructions.format(labels=", ".join(shown))}]
         for ex in self.cfg.examples:
             if ex.do in names:  # an example for an animation this robot lacks is left out
                 prompt += [{"role": "user", "content": ex.say}, {"role": "assistant", "content": alias(ex.do, ex.do)}]

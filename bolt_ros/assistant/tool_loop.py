@@ -105,8 +105,7 @@ class ToolLoop:
             call = decision.call
             res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
             self.emit(LoopEvent("tool_call", call=call))
-            res.messages.append({"role": "assistant", "content": "", "tool_calls": [
-                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]})
+            res.messages.append(_assistant_message("", [call]))
             self._run_tools([call], res, cancel, allowed=True)
             if res.cancelled or self._say_instead(conv, res.tool_results, res):
                 return
@@ -208,13 +207,8 @@ class ToolLoop:
             text = [" ".join(s for s in res.spoken[n_spoken:])]
         reply = "".join(text)
         res.text += ("" if not res.text or not reply else " ") + reply.strip()
-        msg: dict = {"role": "assistant", "content": reply}
-        if calls:
-            msg["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments if c.error is None else {}}}
-                                 for c in calls]
         if reply or calls:
-            res.messages.append(msg)
+            res.messages.append(_assistant_message(reply, calls))
         return calls
 
     def _speak(self, sentence: str, res: TurnResult, *, model: bool = True) -> bool:
@@ -319,6 +313,16 @@ def _fresh_line(conv: Conversation, options: list[str]) -> str:
     recent = [norm(r) for r in conv.recent_replies()]
     return next((x for x in options if norm(x) not in recent),
                 min(options, key=lambda x: max((i for i, r in enumerate(recent) if r == norm(x)), default=-1)))
+
+
+def _assistant_message(content: str, calls: list[ToolCallRequest]) -> dict:
+    """The history's message for a reply and the calls it made (an unparsable call keeps empty arguments)."""
+    msg: dict = {"role": "assistant", "content": content}
+    if calls:
+        msg["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments if c.error is None else {}}}
+                             for c in calls]
+    return msg
 
 
 def _merge_stats(acc: dict, new: dict) -> None:
