@@ -83,11 +83,23 @@ class IntentConfig(_Strict):
     # see", "look curious") pulled the head tools' shared first token (docs/conversation.md)
     aliases: dict[str, str] = Field(default_factory=dict)
     opposites: dict[str, str] = Field(default_factory=dict)  # for `reverse`; each pair works both ways
+    # a second classifier, asked only when the first chose a move: does the person ask the robot for something?
+    # ("" = off). Its yes/no is pooled with the first's probabilities (intent.py)
+    confirm_instructions: str = ""
+    confirm_examples: list[IntentExample] = Field(default_factory=list)  # do: yes | no
 
-    @field_validator("examples", mode="before")
+    @field_validator("examples", "confirm_examples", mode="before")
     @classmethod
     def _examples_from_yaml(cls, v: Any) -> Any:
-        return _yaml_list(v, "intent.examples must be a YAML list of {say, do}")
+        return _yaml_list(v, "intent.examples and intent.confirm_examples must be YAML lists of {say, do}")
+
+    @field_validator("confirm_examples")
+    @classmethod
+    def _yes_or_no(cls, v: list[IntentExample]) -> list[IntentExample]:
+        bad = [e.do for e in v if e.do not in ("yes", "no")]
+        if bad:
+            raise ValueError(f"intent.confirm_examples answer yes or no, not {bad}")
+        return v
 
     @field_validator("aliases", "opposites", mode="before")
     @classmethod
@@ -99,7 +111,7 @@ class IntentConfig(_Strict):
             v = {a.strip(): b.strip() for a, b in pairs}
         return v
 
-    @field_serializer("examples")
+    @field_serializer("examples", "confirm_examples")
     def _examples_to_yaml(self, examples: list[IntentExample]) -> str:
         return yaml.safe_dump([e.model_dump() for e in examples], sort_keys=False, width=1000) if examples else ""
 

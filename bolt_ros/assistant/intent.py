@@ -11,6 +11,13 @@ The labels are the robot's parameterless tools (one per animation and head direc
 `talk` (the turn is answered in words), `repeat` (the last move once more) and `reverse` (its opposite, from
 `IntentConfig.opposites`): the robot resolves "again" and "the other way" from what it did, not the model.
 Each label's probability is exact over the closed set (engine.decode.choice), and the likeliest wins.
+
+A move is checked by a second few-shot classifier that only says whether the person asks the robot for something
+(`yes` / `no`, `IntentConfig.confirm_*`), asked only when the first chose a move (a talk turn pays nothing). The two
+are pooled as a product of experts with no weight or threshold to tune: the move runs when
+p1(move) * p2(yes) > p1(talk) * p2(no). The first classifier maps a feeling to its animation ("I'm feeling a bit
+sad" -> sad with 0.55); the second hears a statement, not a request (yes 0.08). Measured with
+bench/bench_conversation.py and both held-out sets (docs/conversation.md).
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ from bolt_ros.assistant.config import IntentConfig
 from bolt_ros.engine.decode.choice import check_prefix_free, option_probabilities
 
 TALK, REPEAT, REVERSE = "talk", "repeat", "reverse"
+YES, NO = "yes", "no"  # the second classifier's answers
 
 
 @dataclass
@@ -31,18 +39,54 @@ class Decision:
     p: float                         # its probability over the labels
     call: ToolCallRequest | None     # the call to run (repeat / reverse resolved); None: answer in words
     probs: dict[str, float] = field(default_factory=dict)
+    p_request: float | None = None   # the second classifier's p(yes) when it was asked (the first chose a move)
+    vetoed: str | None = None        # the first classifier's move that the pooled evidence turned into talk
+
+
+class FewShot:
+    """A classifier prompt (instructions, then examples as chat turns) over a closed set of one-word answers, in a
+    KV cache of its own: the prompt is a constant prefix, so a turn runs only the person's words."""
+
+    def __init__(self, engine, instructions: str, examples: list[tuple[str, str]], names: list[str],
+                 shown: list[str]):
+        self.engine, self.names = engine, names
+        self.session = engine.new_session()
+        self.options = [engine.tok.encode(s, add_bos=False) for s in shown]  # name i as the classifier writes it
+        try:
+            check_prefix_free(self.options)  # a clear error when the labels are made, not in every turn
+        except ValueError as e:
+            raise ValueError(f"intent labels {shown}: one is the start of another ({e}); rename one with "
+                             "intent.aliases") from e
+        self.prompt = [{"role": "system", "content": instructions}]
+        for say, do in examples:
+            self.prompt += [{"role": "user", "content": say}, {"role": "assistant", "content": do}]
+
+    def ids_for(self, utterance: str) -> list[int]:
+        fmt, tok = self.engine.chat_format, self.engine.tok
+        return tok.encode_segments(fmt.render([*self.prompt, {"role": "user", "content": utterance}]),
+                                   add_bos=tok.add_bos)
+
+    def prime(self, cancel: threading.Event | None = None) -> int:
+        """Run the constant prefix into the cache now (it ends where the person's words begin); tokens run."""
+        a, b = self.ids_for("a"), self.ids_for("b")
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return self.engine.prime(a[:n], self.session, use_draft=False, cancel=cancel)
+
+    def probs(self, utterance: str, cancel: threading.Event | None = None) -> dict[str, float] | None:
+        """Each name's probability for this utterance; None when cancelled."""
+        p = option_probabilities(self.engine, self.session, self.ids_for(utterance), self.options, cancel=cancel)
+        return None if p is None else dict(zip(self.names, p))
 
 
 class IntentClassifier:
-    """Decides each turn's intent on `engine` (any chat GGUF), in a KV cache of its own."""
+    """Decides each turn's intent on `engine` (any chat GGUF), in KV caches of its own."""
 
     def __init__(self, engine, cfg: IntentConfig):
         self.engine, self.cfg = engine, cfg
-        self.session = engine.new_session()
         self._built_for: tuple[str, ...] | None = None
-        self._names: list[str] = []         # label i's real name (tool name or talk/repeat/reverse)
-        self._options: list[list[int]] = []  # label i's tokens, as the classifier writes it (its alias)
-        self._prompt: list[dict] = []
+        self._main: FewShot | None = None
+        self._confirm = FewShot(engine, cfg.confirm_instructions, [(e.say, e.do) for e in cfg.confirm_examples],
+                                [YES, NO], [YES, NO]) if cfg.confirm_instructions else None
         self._ids = itertools.count(1)
         self._opposite = {**cfg.opposites, **{b: a for a, b in cfg.opposites.items()}}
 
@@ -70,54 +114,47 @@ class IntentClassifier:
                  if not (t["function"].get("parameters") or {}).get("required")]
         return [TALK, *names] + ([REPEAT, REVERSE] if names else [])
 
-    def _build(self, tools: list[dict]) -> None:
+    def _build(self, tools: list[dict]) -> FewShot:
         names = self.labels_for(tools)
-        if tuple(names) == self._built_for:
-            return
-        alias = self.cfg.aliases.get
-        tok = self.engine.tok
-        shown = [alias(n, n) for n in names]
-        options = [tok.encode(s, add_bos=False) for s in shown]
-        try:
-            check_prefix_free(options)  # a clear error when the tools change, not in every turn
-        except ValueError as e:
-            raise ValueError(f"intent labels {shown}: one is the start of another ({e}); rename one with "
-                             "intent.aliases") from e
-        prompt = [{"role": "system", "content": self.cfg.instructions.format(labels=", ".join(shown))}]
-        for ex in self.cfg.examples:
-            if ex.do in names:  # an example for an animation this robot lacks is left out
-                prompt += [{"role": "user", "content": ex.say}, {"role": "assistant", "content": alias(ex.do, ex.do)}]
-        self._names, self._options, self._prompt, self._built_for = names, options, prompt, tuple(names)
-
-    def _ids_for(self, utterance: str) -> list[int]:
-        fmt, tok = self.engine.chat_format, self.engine.tok
-        return tok.encode_segments(fmt.render([*self._prompt, {"role": "user", "content": utterance}]),
-                                   add_bos=tok.add_bos)
+        if tuple(names) != self._built_for:
+            alias = self.cfg.aliases.get
+            shown = [alias(n, n) for n in names]
+            # an example for an animation this robot lacks is left out
+            examples = [(e.say, alias(e.do, e.do)) for e in self.cfg.examples if e.do in names]
+            self._main = FewShot(self.engine, self.cfg.instructions.format(labels=", ".join(shown)), examples,
+                                 names, shown)
+            self._built_for = tuple(names)
+        return self._main
 
     def prime(self, tools: list[dict], cancel: threading.Event | None = None) -> int:
-        """Run the constant prefix (instructions, examples) into the classifier's cache now; returns tokens run."""
-        self._build(tools)
-        a, b = self._ids_for("a"), self._ids_for("b")
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        return self.engine.prime(a[:n], self.session, use_draft=False, cancel=cancel)
+        """Run the constant prefixes (instructions, examples) into the classifiers' caches now; tokens run."""
+        n = self._build(tools).prime(cancel)
+        return n + (self._confirm.prime(cancel) if self._confirm is not None else 0)
 
     # ---- a turn -------------------------------------------------------------------------------------------------
     def decide(self, utterance: str, tools: list[dict], last_move: str | None = None, *,
                cancel: threading.Event | None = None) -> Decision | None:
         """The turn's intent; None when cancelled. `last_move`: the name of the robot's last successful
         parameterless call (what repeat / reverse act on); with none, repeat and reverse are answered in words."""
-        self._build(tools)
-        probs = option_probabilities(self.engine, self.session, self._ids_for(utterance), self._options,
-                                     cancel=cancel)
-        if probs is None:
+        by_name = self._build(tools).probs(utterance, cancel)
+        if by_name is None:
             return None
-        by_name = dict(zip(self._names, probs))
         label = max(by_name, key=by_name.get)
+        p_request = vetoed = None
+        if label != TALK and self._confirm is not None:
+            confirm = self._confirm.probs(utterance, cancel)
+            if confirm is None:
+                return None
+            p_request = confirm[YES]
+            # product of experts over act / talk: no weight, no threshold
+            if by_name[label] * confirm[YES] <= by_name[TALK] * confirm[NO]:
+                label, vetoed = TALK, label
         target = label
         if label == REPEAT:
             target = last_move
         elif label == REVERSE:
             target = self._opposite.get(last_move or "")
-        if target is None or target == TALK or target not in by_name:
-            return Decision(label, by_name[label], None, by_name)
-        return Decision(label, by_name[label], ToolCallRequest(f"intent_{next(self._ids)}", target, {}), by_name)
+        call = None
+        if target is not None and target != TALK and target in by_name:
+            call = ToolCallRequest(f"intent_{next(self._ids)}", target, {})
+        return Decision(label, by_name[label], call, by_name, p_request, vetoed)
