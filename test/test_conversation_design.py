@@ -39,7 +39,7 @@ def _loop(backend, registry, ok=True):
             return ToolOutcome(call.id, call.name, False, error="goto_pose goal aborted: robot busy")
         result = {"names": ["nod", "shake_head"], "descriptions": ["Nod yes.", ""]}
         return ToolOutcome(call.id, call.name, True, json.dumps({"result": result}), done=tool.done_text(args),
-                           say=tool.say_lines(args), text=tool.result_for_model(result))
+                           say=tool.say_lines(args, result), text=tool.result_for_model(result))
     return ToolLoop(backend, call_tool, events.append), events
 
 
@@ -87,6 +87,25 @@ def test_a_tool_without_lines_is_read_back_in_words():
                    cancel=threading.Event())
     assert backend.requests[1]["messages"][-1]["content"] == "Your animations: nod (Nod yes); shake head."
     assert res.text == "I can nod."
+
+
+def test_a_list_is_read_out_from_the_result_not_left_to_the_model():
+    """list_animations as make run configures it: its `say` lines name the result's fields, so "what can you do?"
+    is answered from the robot's own list and the model is not asked to word it (it said nothing, or talked of
+    "the tools provided"). Negative control: the same tool without `say` above is worded by the model."""
+    spoken_list = LIST.model_copy(update={"say": ["I know these moves: {names}. Just ask!"]})
+    backend = ScriptedBackend([{"match": "can you do", "reply": [{"tool_call": {"name": "list_animations",
+                                                                               "arguments": {}}}],
+                                "after_tool": [{"text": "Yes, you can move your head using the tools provided."}]}])
+    registry = ToolRegistry([spoken_list])
+    loop, _ = _loop(backend, registry)
+    conv = Conversation("sys", history="memory")
+    res = loop.run(conv, conv.user_message("what can you do?"), registry.openai_tools(), enable_thinking=False,
+                   cancel=threading.Event())
+    assert res.spoken == ["I know these moves: nod and shake head. Just ask!"] and len(backend.requests) == 1
+    tool = registry.tools["list_animations"]
+    three = tool.say_lines({}, {"names": ["nod", "wake_up", "dance"], "descriptions": ["", "", ""]})
+    assert three == ["I know these moves: nod, wake up and dance. Just ask!"]
 
 
 def test_memory_mode_shows_a_short_memory_not_the_earlier_messages():

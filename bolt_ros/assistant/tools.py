@@ -72,8 +72,9 @@ class ToolSpec(BaseModel):
     # What a successful call means to the conversation ({argument} placeholders, underscores read as spaces):
     # `done` goes into the robot's memory of the turn ("you played your {name} animation"); `say` lines are spoken
     # after it instead of asking the model for words (a motion is its own answer, and a small model asked to talk
-    # about a JSON result narrates it: "The tool is successfully executed"); none = the model reads the result
-    # (`result_text`, a template over the result's fields, or its JSON) and replies, as for list_animations.
+    # about a JSON result narrates it: "The tool is successfully executed"); they may name the result's fields too
+    # ("I know these moves: {names}."); none = the model reads the result (`result_text`, a template over the
+    # result's fields, or its JSON) and replies.
     done: str = ""
     say: list[str] = Field(default_factory=list)
     result_text: str = ""
@@ -209,8 +210,10 @@ class Tool:
     def done_text(self, args: dict) -> str:
         return _fill(self.spec.done, args) if self.spec.done else f"you used {self.spec.name}"
 
-    def say_lines(self, args: dict) -> list[str]:
-        return [_fill(t, args) for t in self.spec.say]
+    def say_lines(self, args: dict, result: dict | None = None) -> list[str]:
+        """The lines to speak, filled from the arguments and the result's fields (a list read as "a, b and c")."""
+        spoken = {k: _spoken_list(v) for k, v in (result or {}).items() if isinstance(v, list | str | int | float)}
+        return [_fill(t, {**spoken, **args}) for t in self.spec.say]
 
     def result_for_model(self, result: dict) -> str:
         """A successful result in the tool's words ("" = the model reads the JSON)."""
@@ -260,6 +263,14 @@ class Tool:
             fields[pname] = (ann if pname in required else ann | None, Field(default, **constraints))
         cfg = ConfigDict(extra="forbid", allow_inf_nan=False)
         return create_model(f"{self.spec.name}_args", __config__=cfg, **fields)
+
+
+def _spoken_list(v: Any) -> Any:
+    """A list as a person says it ("nod, shake_head and dance"); anything else as it is."""
+    if not isinstance(v, list):
+        return v
+    items = [str(x) for x in v]
+    return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _fill(template: str, values: dict) -> str:

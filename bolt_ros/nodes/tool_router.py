@@ -99,8 +99,8 @@ class ToolRouter:
             # (no words round reads it) what it did, as the conversation's last turn shows it
             text = tool.result_for_model(content.get("result", {})) or (f"{done[0].upper()}{done[1:]}."
                                                                          if tool.spec.say else "")
-            out = ToolOutcome(call.id, call.name, True, json.dumps(content), done=done, say=tool.say_lines(args),
-                              text=text)
+            out = ToolOutcome(call.id, call.name, True, json.dumps(content), done=done,
+                              say=tool.say_lines(args, content.get("result", {})), text=text)
         except ToolError as e:
             out = ToolOutcome(call.id, call.name, False, error=str(e))
         except Exception as e:  # a router bug must not take the node down; the model and the log both see it
