@@ -76,15 +76,21 @@ def test_a_failed_motion_gets_a_words_round_over_the_error():
     assert not res.tool_results[0].ok
 
 
-def test_a_tool_without_lines_is_read_back_in_words():
+def _what_can_you_do(spec: ToolSpec, model_words: str):
+    """One "what can you do?" turn where the model calls list_animations and, if asked again, says model_words."""
     backend = ScriptedBackend([{"match": "can you do", "reply": [{"tool_call": {"name": "list_animations",
                                                                                "arguments": {}}}],
-                                "after_tool": [{"text": "I can nod."}]}])
-    registry = ToolRegistry([LIST])
+                                "after_tool": [{"text": model_words}]}])
+    registry = ToolRegistry([spec])
     loop, _ = _loop(backend, registry)
     conv = Conversation("sys", history="memory")
     res = loop.run(conv, conv.user_message("what can you do?"), registry.openai_tools(), enable_thinking=False,
                    cancel=threading.Event())
+    return res, backend, registry
+
+
+def test_a_tool_without_lines_is_read_back_in_words():
+    res, backend, _ = _what_can_you_do(LIST, "I can nod.")
     assert backend.requests[1]["messages"][-1]["content"] == "Your animations: nod (Nod yes); shake head."
     assert res.text == "I can nod."
 
@@ -94,14 +100,7 @@ def test_a_list_is_read_out_from_the_result_not_left_to_the_model():
     is answered from the robot's own list and the model is not asked to word it (it said nothing, or talked of
     "the tools provided"). Negative control: the same tool without `say` above is worded by the model."""
     spoken_list = LIST.model_copy(update={"say": ["I know these moves: {names}. Just ask!"]})
-    backend = ScriptedBackend([{"match": "can you do", "reply": [{"tool_call": {"name": "list_animations",
-                                                                               "arguments": {}}}],
-                                "after_tool": [{"text": "Yes, you can move your head using the tools provided."}]}])
-    registry = ToolRegistry([spoken_list])
-    loop, _ = _loop(backend, registry)
-    conv = Conversation("sys", history="memory")
-    res = loop.run(conv, conv.user_message("what can you do?"), registry.openai_tools(), enable_thinking=False,
-                   cancel=threading.Event())
+    res, backend, registry = _what_can_you_do(spoken_list, "Yes, you can move your head using the tools provided.")
     assert res.spoken == ["I know these moves: nod and shake head. Just ask!"] and len(backend.requests) == 1
     tool = registry.tools["list_animations"]
     three = tool.say_lines({}, {"names": ["nod", "wake_up", "dance"], "descriptions": ["", "", ""]})
