@@ -208,6 +208,27 @@ def test_a_framing_by_the_conversation_is_not_spoken():
     assert res.spoken == ["We talk based on the conversation, so far."]
 
 
+def test_the_robot_never_addresses_the_person_by_its_own_name():
+    """The 0.5B model greets people by the robot's name ("Goodnight, Bolt!" in a typed make run): the vocative goes,
+    the history keeps what was said; the name said of itself stays. Negative control: without own_name it stays."""
+    replies = {"night": "Goodnight, Bolt! Have a great day.", "puppy": "Hello Bolt, I'm glad you got a puppy.",
+               "name": "My name is Bolt. Bolt is a robot, Bolt."}
+    backend = ScriptedBackend([{"match": k, "reply": [{"text": v}]} for k, v in replies.items()])
+    loop, _ = _loop(backend, ToolRegistry([LOOK]))
+    loop.own_name = "Bolt"
+    conv = Conversation("sys", history="memory")
+
+    def turn(text):
+        return loop.run(conv, conv.user_message(text), [], enable_thinking=False, cancel=threading.Event())
+    res = turn("good night")
+    assert res.spoken == ["Goodnight!", "Have a great day."]
+    assert res.messages[-1]["content"] == "Goodnight! Have a great day."
+    assert turn("I got a puppy").spoken == ["Hello, I'm glad you got a puppy."]
+    assert turn("your name?").spoken == ["My name is Bolt.", "Bolt is a robot."]
+    loop.own_name = ""
+    assert turn("good night").spoken[0] == "Goodnight, Bolt!"
+
+
 def test_the_memory_note_is_never_read_out():
     conv = Conversation("sys", history="memory")
     conv.commit([], TurnRecord("Hi there! Who are you?", "I am Bolt.", []))

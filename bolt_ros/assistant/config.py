@@ -137,6 +137,7 @@ class AssistantConfig(_Strict):
     max_tool_rounds: int = Field(3, ge=0)      # model calls that may request tools; the next one gets no tools
     max_sentences: int = Field(3, ge=0)        # a turn stops after this many spoken sentences (0 = no limit)
     at_a_loss: str = ""   # lines (" | " between them) for a turn that would end with nothing said or done
+    robot_name: str = "Bolt"  # the name the system prompt gives the robot: a reply never addresses the person by it
     enable_thinking: bool = False              # default when a transcript arrives (a goal says its own)
     barge_in: bool = True                      # a new utterance cancels the reply in progress
     max_queued_turns: int = Field(4, gt=0)     # without barge-in: turns waiting; more are refused

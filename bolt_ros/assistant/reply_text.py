@@ -37,6 +37,20 @@ def unframe(sentence: str) -> str:
     return rest[:1].upper() + rest[1:]
 
 
+_GREETING = r"(?:hello|hi|hey|good ?night|good morning|good evening|thanks|thank you|bye|goodbye)"
+
+
+def unaddress(sentence: str, own_name: str) -> str:
+    """The sentence without the robot's own name used to address the person ("Goodnight, Bolt!" -> "Goodnight!",
+    "Hello Bolt, ..." -> "Hello, ..."): the 0.5B model greets people by the name its prompt gives the robot (3 of 14
+    turns of a typed make run, 2026-12-03). The name said of itself ("My name is Bolt.") stays."""
+    if not own_name:
+        return sentence
+    name = re.escape(own_name)
+    out = re.sub(rf",\s*{name}\b(?=\s*[!.?,;])", "", sentence)
+    return re.sub(rf"\b({_GREETING})\s+{name}\b", r"\1", out, flags=re.IGNORECASE)
+
+
 def said_before(replies: list[str]) -> set[str]:
     """Every sentence of these replies and every opening of each ("goodbye", "goodbye how about you"), normalized."""
     out = set()

@@ -24,7 +24,7 @@ from typing import Literal
 
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
-from bolt_ros.assistant.reply_text import CALL_AS_TEXT, ngrams, norm, said_before, unframe
+from bolt_ros.assistant.reply_text import CALL_AS_TEXT, ngrams, norm, said_before, unaddress, unframe
 from bolt_ros.assistant.sentences import SentenceSplitter
 from bolt_ros.assistant.tools import ToolOutcome
 
@@ -60,8 +60,10 @@ ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]
 
 class ToolLoop:
     def __init__(self, backend: ChatBackend, call_tool: ToolCaller, emit: Callable[[LoopEvent], None], *,
-                 max_tool_rounds: int = 3, max_sentences: int = 0, at_a_loss: list[str] = (), intent=None):
+                 max_tool_rounds: int = 3, max_sentences: int = 0, at_a_loss: list[str] = (), intent=None,
+                 own_name: str = ""):
         self.backend = backend
+        self.own_name = own_name  # the robot's name: never said to address the person (reply_text.unaddress)
         self.intent = intent  # an IntentClassifier: act or talk is decided before the model's words (intent.py)
         self.at_a_loss = list(at_a_loss)  # lines for a turn that would end in silence: nothing spoken, nothing done
         self.call_tool = call_tool
@@ -242,7 +244,7 @@ class ToolLoop:
     def _say(self, sentence: str, res: TurnResult) -> bool:
         if res.stopped:
             return False
-        plain = unframe(sentence)
+        plain = unaddress(unframe(sentence), self.own_name)
         if plain != sentence:
             self._reworded, sentence = True, plain
             if not sentence:

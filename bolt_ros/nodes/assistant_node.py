@@ -287,7 +287,8 @@ class AssistantNode(Node):
             scene = self.scene.render()
         loop = ToolLoop(self.backend, self.router.call, lambda ev: self._emit(job, ev),
                         max_tool_rounds=cfg.max_tool_rounds, max_sentences=cfg.max_sentences,
-                        at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()], intent=self.intent)
+                        at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()], intent=self.intent,
+                        own_name=cfg.robot_name)
         user_msg = conv.user_message(job.utterance, scene)
         res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
                        cancel=job.cancel, t0=job.t_received, utterance=job.utterance)
