@@ -14,6 +14,7 @@ import threading
 import rclpy
 
 from bolt_ros.graph import describe_graph, instantiate, launch_arguments, parse_arguments
+from bolt_ros.nodes.stop_signal import stop_on_sigint
 
 
 def parse(argv: list[str]) -> tuple[dict[str, str], bool]:
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    stop = threading.Event()
+    stop_on_sigint(stop)  # before rclpy.init: its handler chains to this one
     rclpy.init(args=[])
     from bolt_ros.nodes.common import spin_nodes  # after init: imports rclpy node machinery
 
@@ -58,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
             n.destroy_node()
         rclpy.try_shutdown()
         return 2
-    stop = threading.Event()
     if console:
         from bolt_ros.console import Console
         con = Console(namespace=args.namespace)

@@ -21,6 +21,7 @@ from rclpy.node import Node
 from rclpy.task import Future
 
 from bolt_ros.assistant.config import unflatten
+from bolt_ros.nodes.stop_signal import stop_on_sigint
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -152,6 +153,8 @@ def _quietly(step: Callable[[], object]) -> None:
 def run_nodes(make_nodes: Callable[[], Sequence[Node]], args: list[str] | None = None) -> int:
     """The body of a node's main(): init rclpy (parsing --ros-args), build the nodes, spin, shut down.
     A config error exits with status 2 and a message instead of a traceback."""
+    stop = threading.Event()
+    stop_on_sigint(stop)  # before rclpy.init: its handler chains to this one
     rclpy.init(args=args if args is not None else sys.argv)
     try:
         nodes = make_nodes()
@@ -160,7 +163,7 @@ def run_nodes(make_nodes: Callable[[], Sequence[Node]], args: list[str] | None =
         rclpy.try_shutdown()
         return 2
     try:
-        spin_nodes(nodes)
+        spin_nodes(nodes, stop=stop)
     finally:
         rclpy.try_shutdown()
     return 0
