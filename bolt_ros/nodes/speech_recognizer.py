@@ -21,9 +21,10 @@ from std_msgs.msg import String
 from bolt_ros.msg import AudioChunk, AudioEvent
 from bolt_ros.nodes.common import NodeLoop, declare_config, run_nodes
 from bolt_ros.nodes.speech_common import chunk_samples, from_stamp, to_stamp
-from bolt_ros.voice.audio import AudioError, Resampler, check_format, to_mono_float
+from bolt_ros.voice.audio import MODEL_RATE, AudioError, Resampler, check_format, resample, to_mono_float
 from bolt_ros.voice.config import RecognizerConfig
 from bolt_ros.voice.echo import EchoGate
+from bolt_ros.voice.echo_suppress import EchoSuppressor
 from bolt_ros.voice.vad import EndOfTurn, Framer, Onset, Pause, Resume, SileroVad, TurnSegmenter
 
 BLOCK_MS = 32            # microphone / WAV blocks
@@ -43,6 +44,7 @@ class SpeechRecognizer(Node):
         self.vad = vad or SileroVad()
         self.asr = transcriber or Transcriber(cfg.asr)
         self.gate = EchoGate(cfg.echo)
+        self.suppressor = EchoSuppressor(cfg.echo)
         self.segmenter = TurnSegmenter(cfg.vad)
         self._framer, self._resampler = Framer(), None
         t = cfg.topics
@@ -110,10 +112,12 @@ class SpeechRecognizer(Node):
         except AudioError as e:
             self._error(f"dropped a playback (echo reference) block: {e}")
             return
-        x = to_mono_float(chunk_samples(msg), msg.channels)
+        x, t = to_mono_float(chunk_samples(msg), msg.channels), from_stamp(msg.header.stamp)
         # levels need no band-limited resampling: every 16 kHz frame's worth of samples at the source rate
         step = msg.sample_rate / 16000
-        self.gate.add_reference(x[(np.arange(int(len(x) / step)) * step).astype(int)], from_stamp(msg.header.stamp))
+        self.gate.add_reference(x[(np.arange(int(len(x) / step)) * step).astype(int)], t)
+        if self.config.echo.suppress:   # spectra do: a whole-block resample has no stream delay to misalign them
+            self.suppressor.add_reference(resample(x, msg.sample_rate), t)
 
     # ---- the audio thread ------------------------------------------------------------------------------------
     def _process(self, stopping) -> None:
@@ -150,17 +154,24 @@ class SpeechRecognizer(Node):
                 self._event(AudioEvent.BARGE_IN, audio_time=ev.t_start)
                 self.get_logger().info("barge-in: the person speaks over the robot")
         elif isinstance(ev, Pause):
-            self._spec = self._asr_pool.submit(self.asr.transcribe, ev.audio)
+            self._spec = self._asr_pool.submit(self._transcribe, ev.audio, ev.t_end)
         elif isinstance(ev, Resume):
             if self._spec is not None:
                 self._spec.cancel()   # stale: the person went on
                 self._spec = None
         elif isinstance(ev, EndOfTurn):
             self._event(AudioEvent.SPEECH_END, audio_time=ev.t_end_of_speech)
-            fut, self._spec = self._spec or self._asr_pool.submit(self.asr.transcribe, ev.audio), None
+            fut, self._spec = self._spec or self._asr_pool.submit(self._transcribe, ev.audio, ev.t_decision), None
             seconds = len(ev.audio) / 16000
             self._turns_in_asr += 1
             fut.add_done_callback(lambda f: self._publish_transcript(f, seconds))
+
+    def _transcribe(self, audio: np.ndarray, t_end: float) -> str:
+        """The ASR thread: a turn's audio (ending at t_end) with the robot's voice taken out, to words."""
+        cfg = self.config.echo
+        if cfg.enabled and cfg.suppress:
+            audio = self.suppressor.suppress(audio, t_end - len(audio) / MODEL_RATE, *self.gate.path())
+        return self.asr.transcribe(audio)
 
     def busy(self) -> bool:
         """Audio waiting, a turn in progress, or a turn's transcript not out yet."""

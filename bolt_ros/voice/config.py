@@ -32,6 +32,7 @@ class EchoConfig(_Strict):
     return_loss_db: float = 10.0               # the echo is at least this much quieter than the played audio
     margin_db: float = 6.0                     # speech must exceed the expected echo by this much to count
     tail_ms: int = Field(250, ge=0)            # the room keeps ringing this long after playback
+    suppress: bool = True                      # take the robot's voice out of the audio the ASR gets
 
 
 class AsrConfig(_Strict):

@@ -77,6 +77,11 @@ class EchoGate:
             expected = self._expected(k)
         return expected > SILENT_DB and level < expected + self.cfg.margin_db
 
+    def path(self) -> tuple[int | None, float]:
+        """The learned delay (frames; None: not learned) and return loss (dB), read together."""
+        with self._lock:
+            return self.lag, self.erl_db
+
     def expected_echo_db(self, t_end: float) -> float:
         """The loudest echo a mic frame ending at t_end may hold."""
         with self._lock:

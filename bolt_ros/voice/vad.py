@@ -47,6 +47,7 @@ class Onset:
 @dataclass
 class Pause:
     audio: np.ndarray         # the turn so far (with pre-roll), 16 kHz float32
+    t_end: float              # end of its last frame
 
 
 @dataclass
@@ -102,7 +103,7 @@ class TurnSegmenter:
             self._silence += FRAME_S
             if not self._paused and self._silence * 1000 >= cfg.pause_ms:
                 self._paused = True
-                events.append(Pause(self._audio()))
+                events.append(Pause(self._audio(), t_end))
         if self._silence * 1000 >= cfg.end_of_turn_ms:
             events.append(self._end(t_end, forced=False))
         elif len(self._frames) * FRAME_S >= cfg.max_utterance_s:
