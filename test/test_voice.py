@@ -122,6 +122,22 @@ def test_garbage_gives_no_words(vad, asr, kind):
     assert all(asr.transcribe(e.audio) == "" for e in turns)
 
 
+def test_a_loop_or_an_unsure_segment_is_not_believed():
+    from types import SimpleNamespace as Seg
+
+    from bolt_ros.voice.asr import believed
+    said = Seg(text="Look left.", no_speech_prob=0.1, avg_logprob=-0.3, compression_ratio=0.9)
+    loop = Seg(text=" beep" * 60, no_speech_prob=0.1, avg_logprob=-0.2, compression_ratio=12.0)
+    silent = Seg(text="you", no_speech_prob=0.9, avg_logprob=-0.2, compression_ratio=0.8)
+    unsure = Seg(text="Tom, please.", no_speech_prob=0.1, avg_logprob=-1.4, compression_ratio=1.0)
+    cfg = AsrConfig()
+    assert believed([said, silent], cfg) == (["Look left."], False)    # silence is no doubt: no retry
+    assert believed([said, loop], cfg) == (["Look left."], True)
+    assert believed([unsure], cfg) == ([], True)
+    # negative control: without the loop test the loop is a transcript
+    assert believed([said, loop], AsrConfig(max_compression_ratio=100.0))[0] == ["Look left.", loop.text]
+
+
 def test_clipped_speech_is_heard_or_ignored_but_never_breaks(voices, asr):
     clean = speech(voices, "piper", "Look up.")
     clipped = np.clip(clean * 20, -1, 1)      # 26 dB of overdrive: a square wave with a voice's rhythm

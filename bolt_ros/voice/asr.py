@@ -1,7 +1,8 @@
 """Speech to text: faster-whisper (CTranslate2, int8 on CPU) with tiny.en from its pinned wheel.
 
 Whisper invents text for noise ("Thank you.", "you"), so each segment must pass the model's own doubt measures
-(no-speech probability, mean log-probability) before it becomes a transcript; silence and noise then give "".
+(no-speech probability, mean log-probability, and whisper's compression-ratio test for loops) before it becomes a
+transcript; silence and noise then give "".
 """
 from __future__ import annotations
 
@@ -51,7 +52,16 @@ class Transcriber:
             segments = list(self.model.transcribe(
                 audio.astype(np.float32, copy=False), language=self.cfg.language, beam_size=beam_size,
                 vad_filter=False, condition_on_previous_text=False, without_timestamps=True,
+                initial_prompt=self.cfg.vocabulary or None,
                 temperature=0.0)[0])   # no temperature fallback re-decodes: a bounded time
-        speech = [s for s in segments if s.no_speech_prob < self.cfg.no_speech_threshold]
-        kept = [s.text for s in speech if s.avg_logprob >= self.cfg.min_avg_logprob]
-        return kept, len(kept) < len(speech)
+        return believed(segments, self.cfg)
+
+
+def believed(segments, cfg: AsrConfig) -> tuple[list[str], bool]:
+    """The texts of the segments whisper's own doubt measures let through, and whether any were dropped for doubt
+    rather than for silence (a retry with a beam may read them)."""
+    speech = [s for s in segments if s.no_speech_prob < cfg.no_speech_threshold]
+    # a loop ("beep beep beep ...", "and I'm going to go to the left, and ...") is invented, not heard
+    kept = [s.text for s in speech
+            if s.avg_logprob >= cfg.min_avg_logprob and s.compression_ratio <= cfg.max_compression_ratio]
+    return kept, len(kept) < len(speech)

@@ -43,7 +43,13 @@ class AsrConfig(_Strict):
     language: str = "en"
     no_speech_threshold: float = Field(0.6, ge=0.0, le=1.0)   # segments more likely silence are dropped
     min_avg_logprob: float = -1.0                             # ... and segments the model is this unsure of
+    max_compression_ratio: float = Field(2.4, gt=0.0)         # ... and loops (gzip ratio; whisper's own 2.4)
     retry_beam_size: int = Field(5, ge=0)    # an unsure greedy pass is decoded again with this beam (0: never)
+    # words the person is likely to say to this robot, given to whisper as its prompt (the text "before" the turn):
+    # its name and its moves. On the conversation scripts' 163 sentences in both voices, word errors 15.9 % ->
+    # 14.4 %, now and then a move word nobody said (bench/bench_asr_vocabulary.py, docs/voice.md). "" = no prompt
+    vocabulary: str = ("Bolt, nod, shake your head, look left, look right, look up, look down, look around, dance, "
+                       "happy, sad, curious, surprised, wake up, sleep.")
 
 
 class RecognizerTopics(_Strict):
