@@ -57,8 +57,9 @@ class Graph:
         self._spinner.start()
 
     def _spin(self) -> None:
+        from bolt_ros.nodes.common import spin_once  # the benches build action clients on the spun probe
         while not self._stop.is_set():
-            self.executor.spin_once(0.05)
+            spin_once(self.executor, 0.05)
 
     def _on_event(self, m: AssistantEvent) -> None:
         if m.type == AssistantEvent.STATE and m.state == "idle":

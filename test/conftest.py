@@ -61,8 +61,9 @@ class RosHarness:
         self._thread.start()
 
     def _spin(self) -> None:
+        from bolt_ros.nodes.common import spin_once  # tests build action clients on nodes this thread spins
         while self.context.ok() and not self._stop.is_set():
-            self.executor.spin_once(timeout_sec=0.02)
+            spin_once(self.executor, 0.02)
 
     def add(self, *nodes):
         """Spin these nodes; returns them (a single node unwrapped)."""
