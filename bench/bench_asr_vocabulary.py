@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 from pathlib import Path
 
 import numpy as np
@@ -22,22 +21,9 @@ from bolt_ros.voice.asr import Transcriber
 from bolt_ros.voice.audio import MODEL_RATE, resample, to_float
 from bolt_ros.voice.config import AsrConfig
 from bolt_ros.voice.tts import EspeakTts, PiperTts
+from bolt_ros.voice.words import word_errors, words
 
 SCRIPTS = ["conversation_scripts", "conversation_scripts_heldout", "conversation_scripts_heldout2"]
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", text.lower())
-
-
-def word_errors(said: str, heard: str) -> int:
-    a, b = words(said), words(heard)
-    d = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        prev, d[0] = d[0], i
-        for j in range(1, len(b) + 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (a[i - 1] != b[j - 1]))
-    return d[len(b)]
 
 
 def sentences(bench: Path) -> list[str]:

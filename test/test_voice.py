@@ -3,8 +3,6 @@ silero + the turn segmenter find onsets, pauses and ends of turns, the echo gate
 counting as speech (and lets a person speaking over it through), and garbage audio gives no words."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
@@ -12,6 +10,7 @@ from bolt_ros.voice.audio import MODEL_RATE, AudioError, Pcm, check_format, read
 from bolt_ros.voice.config import AsrConfig, EchoConfig, VadConfig
 from bolt_ros.voice.echo import EchoGate
 from bolt_ros.voice.vad import FRAME, FRAME_S, EndOfTurn, Onset, Pause, Resume, TurnSegmenter
+from bolt_ros.voice.words import word_errors
 
 pytest.importorskip("faster_whisper", reason="the voice stack: bash scripts/setup_voice.sh")
 
@@ -41,21 +40,6 @@ def speech(voices, who: str, text: str) -> np.ndarray:
     x = resample(to_float(pcm), pcm.rate)
     loud = np.flatnonzero(np.abs(x) > 0.02 * np.abs(x).max())
     return x[loud[0]:loud[-1] + 1]
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", text.lower())
-
-
-def word_errors(said: str, heard: str) -> int:
-    """Word-level edit distance."""
-    a, b = words(said), words(heard)
-    d = list(range(len(b) + 1))
-    for i, wa in enumerate(a, 1):
-        prev, d[0] = d[0], i
-        for j, wb in enumerate(b, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (wa != wb))
-    return d[-1]
 
 
 def silence(seconds: float) -> np.ndarray:

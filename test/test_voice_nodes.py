@@ -12,10 +12,11 @@ import pytest
 from conftest import wait_for
 from std_msgs.msg import String
 from test_assistant_fixtures import start
-from test_voice import speech, word_errors, words
+from test_voice import speech
 
 from bolt_ros.voice.audio import MODEL_RATE, Pcm, resample, to_float, to_int16, write_wav
 from bolt_ros.voice.config import AsrConfig, RecognizerConfig, SynthesizerConfig
+from bolt_ros.voice.words import word_errors, words
 
 pytest.importorskip("faster_whisper", reason="the voice stack: bash scripts/setup_voice.sh")
 from bolt_ros.msg import AudioChunk, AudioEvent
