@@ -1,9 +1,12 @@
-"""The C GGUF matmul (kernels/cpu/gguf_matmul.c) against the fp64 product with the dequantized weight.
+"""The C GGUF matmul (kernels/cpu/q8_matmul.c) against the fp64 product with the dequantized weight, at every
+instruction-set level this CPU can run.
 
-Bound: x is rounded to int16 per block of 32 (a step of amax/32767: at most 1.5e-5 of the block's largest value per
-element) and products sum in int32 per block, then fp32 across K/32 blocks (~sqrt(K/32) * 6e-8): together well under
-1e-4 of max|y|. The bf16 form (activations and weights rounded to 8 bits) lands at ~3e-3, so the bound tells them
-apart (negative control below). The vectorized and the portable loops both meet it on every type they cover.
+The kernel quantizes x to int8 as llama.cpp does: per block of B = 32 (Q8_0; for Q4_0 .. Q8_0 weights) or B = 256
+(Q8_K; for the K-quants), step d = amax_block / 127, each element rounded to nearest, so off by at most d / 2. Products
+then sum exactly in int32, and the float side (one product per block, sums of 8) adds a relative ~1e-6. So for output
+n the error is at most sum over blocks b of (amax_b(x) / 254) * ||W[n, b]||_1 (the bound the tests compute), plus
+1e-5 of sum |W x| for the float side. The bound is tight enough to catch a kernel with one scale per row of x
+(negative control below: one outlier channel, as real activations have, breaks it by far).
 """
 from __future__ import annotations
 
@@ -20,11 +23,17 @@ from bolt_ros.kernels.cpu import native
 
 pytestmark = pytest.mark.skipif(not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")),
                                 reason="no C compiler: the torch forms are used")
-BOUND = 1e-4
+K_TYPES = (12, 13, 14)
+LEVELS = native.runnable_levels()
 
 
-def _err(y: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((y.double() - ref).abs().max() / ref.abs().max())
+def _bound(x: torch.Tensor, w: torch.Tensor, t: int) -> torch.Tensor:
+    """[M, N] the largest error int8 blocks of x can cause (module docstring)"""
+    bs = 256 if t in K_TYPES else 32
+    m, k = x.shape
+    step = x.double().reshape(m, k // bs, bs).abs().amax(-1) / 127  # [M, K/B]
+    l1 = w.abs().reshape(w.shape[0], k // bs, bs).sum(-1)  # [N, K/B]
+    return step / 2 @ l1.t() + 1e-5 * (x.double().abs() @ w.abs().t())
 
 
 def _case(t: int, shape=(80, 768), seed=0):
@@ -32,30 +41,59 @@ def _case(t: int, shape=(80, 768), seed=0):
     return as_uint8(raw).contiguous(), dequantize(raw, t, shape).double()
 
 
+def test_this_cpu_runs_its_best_level():
+    """x86-64 with AVX2/FMA/F16C (every such CPU since 2013-2015) runs a vectorized level; the flags choose the
+    highest, and BOLT_CPU_LEVEL only ever lowers it."""
+    flags = native.cpu_flags()
+    assert LEVELS[0] == "portable"
+    if {"avx2", "fma", "f16c"} <= flags:
+        assert "avx2" in LEVELS
+    if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
+        assert "avx512vnni" in LEVELS
+    assert native.level() in LEVELS
+    if not os.environ.get("BOLT_CPU_LEVEL"):
+        assert native.level() == LEVELS[-1]
+
+
+@pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("t", native.TYPES, ids=type_name)
-@pytest.mark.parametrize("m", [1, 3, 8, 9, 64])
-def test_matches_the_fp64_product(t, m):
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 17])
+def test_matches_the_fp64_product_within_the_int8_bound(level, t, m):
     blocks, w = _case(t)
-    x = torch.randn(m, w.shape[1], generator=torch.Generator().manual_seed(m))
-    ref = x.double() @ w.t()
-    assert _err(native.gguf_matmul(x, blocks, t, w.shape[0]), ref) < BOUND
-    assert _err(native.gguf_matmul(x, blocks, t, w.shape[0], scalar=True), ref) < BOUND
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(m, w.shape[1], generator=g) * torch.rand(m, 1, generator=g) * 4
+    x[:, 5] *= 30  # an outlier channel, as real activations have
+    err = (native.gguf_matmul(x, blocks, t, w.shape[0], level=level).double() - x.double() @ w.t()).abs()
+    assert (err <= _bound(x, w, t)).all(), f"{level}: worst error / bound {float((err / _bound(x, w, t)).max()):.2f}"
 
 
-def test_the_bound_separates_bf16():
+def test_one_scale_per_row_would_break_the_bound():
+    """The negative control: x quantized with one int8 scale per row (not per block) misses the bound by far on a
+    row with an outlier channel; per block, as the kernel does, it holds."""
     _, w = _case(6)
     x = torch.randn(4, w.shape[1])
-    ref = x.double() @ w.t()
-    bf16 = torch.nn.functional.linear(x.bfloat16(), w.bfloat16()).double()
-    assert _err(bf16, ref) > 10 * BOUND
+    x[:, 5] = 60.0
+    per_row = torch.round(x / (x.abs().amax(-1, keepdim=True) / 127)) * (x.abs().amax(-1, keepdim=True) / 127)
+    assert ((per_row.double() @ w.t() - x.double() @ w.t()).abs() > _bound(x, w, 6)).any()
+
+
+@pytest.mark.parametrize("t", native.TYPES, ids=type_name)
+def test_every_level_gives_the_portable_bits(t):
+    """Integer sums are exact and every level applies the scales in one float order, so each level's result is the
+    portable loop's bit for bit, at one row and at a verify block of rows."""
+    blocks, w = _case(t, shape=(45, 1024), seed=3)
+    for m in (1, 5, 16):
+        x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m))
+        ref = native.gguf_matmul(x, blocks, t, 45, level="portable")
+        for level in LEVELS:
+            assert torch.equal(native.gguf_matmul(x, blocks, t, 45, level=level), ref), f"{level} M={m}"
 
 
 def test_vectorized_types_on_this_machine():
-    """The types "fast" sends to this kernel have a vectorized path wherever AVX2/F16C/FMA exist (all x86-64 CPUs
-    since 2013-2015); elsewhere pick_scheme keeps the torch forms."""
-    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-    if " avx2 " in flags and " f16c " in flags and " fma " in flags:
-        assert all(native.gguf_matmul_fast(t) for t in (6, 8, 12, 14))
+    """The types "fast" sends to this kernel have a vectorized path wherever AVX2/F16C/FMA exist; elsewhere
+    pick_scheme keeps the torch forms."""
+    if {"avx2", "fma", "f16c"} <= native.cpu_flags():
+        assert all(native.gguf_matmul_fast(t) for t in (2, 6, 8, 12, 14))
     assert not native.gguf_matmul_fast(3)  # Q4_1: portable loops only
 
 
@@ -78,6 +116,10 @@ def test_threads_change_no_bit_and_bad_shapes_are_refused():
         native.gguf_matmul(torch.randn(1, 80), q5, 6, 4)
 
 
+def _within(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, t: int) -> bool:
+    return bool(((y.double() - x.double() @ w.t()).abs() <= _bound(x, w, t)).all())
+
+
 def test_quant_linear_blocks_scheme_chunks_and_fuses():
     if not native.gguf_matmul_fast(6):
         pytest.skip("no vectorized Q5_0 kernel on this CPU")
@@ -85,10 +127,10 @@ def test_quant_linear_blocks_scheme_chunks_and_fuses():
     a = QuantLinear(raw, 6, (64, 512), scheme="blocks")
     w = dequantize(raw, 6, (64, 512)).double()
     x = torch.randn(31, 512)  # below the dense threshold: the C kernel
-    assert _err(a(x), x.double() @ w.t()) < BOUND and a.weight_bytes == len(raw)
+    assert _within(a(x), x, w, 6) and a.weight_bytes == len(raw)
     head = QuantLinear(raw, 6, (64, 512), scheme="blocks", role="head")  # no dense path: > MAX_M rows go in chunks
     x70 = torch.randn(native.MAX_M + 6, 512)
-    assert head.prefill_dense_rows is None and _err(head(x70), x70.double() @ w.t()) < BOUND
+    assert head.prefill_dense_rows is None and _within(head(x70), x70, w, 6)
     fused = QuantLinear.fuse([a, QuantLinear(raw, 6, (64, 512), scheme="blocks")])
     assert torch.equal(fused(x), torch.cat([a(x), a(x)], -1))
     with pytest.raises(ValueError, match="vectorized Q4_1"):
@@ -153,10 +195,21 @@ def test_each_row_of_a_verify_block_is_bit_identical_to_one_row(source):
     assert cases, "no vectorized kernel on this CPU"
     reordered_differs = False
     for name, t, blocks, n, k in cases:
+        w = dequantize(blocks, t, (n, k)).float()
         for m in (2, 7, 8, 9, 16):
             x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 4  # rows of unlike scales
-            many = native.gguf_matmul(x, blocks, t, n)
-            one = torch.cat([native.gguf_matmul(x[i : i + 1], blocks, t, n) for i in range(m)])
-            assert torch.equal(many, one), f"{name} M={m}: rows differ from the 1-row kernel's"
-            reordered_differs |= not torch.equal(native.gguf_matmul(x, blocks, t, n, scalar=True), many)
-    assert reordered_differs, "the portable loop's other order gave the same bits: the check would catch nothing"
+            for level in LEVELS:
+                many = native.gguf_matmul(x, blocks, t, n, level=level)
+                one = torch.cat([native.gguf_matmul(x[i : i + 1], blocks, t, n, level=level) for i in range(m)])
+                assert torch.equal(many, one), f"{name} {level} M={m}: rows differ from the 1-row kernel's"
+            reordered_differs |= not torch.equal(_int8_x(x, t) @ w.t(), many)
+    assert reordered_differs, "torch's order gave the same bits: the check would catch nothing"
+
+
+def _int8_x(x: torch.Tensor, t: int) -> torch.Tensor:
+    """x rounded to int8 blocks as the kernel rounds it, back in fp32"""
+    bs = 256 if t in K_TYPES else 32
+    m, k = x.shape
+    xb = x.reshape(m, k // bs, bs)
+    d = xb.abs().amax(-1, keepdim=True) / 127
+    return (torch.round(xb / torch.where(d > 0, d, 1)).clamp(-127, 127) * d).reshape(m, k)

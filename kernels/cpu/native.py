@@ -1,12 +1,13 @@
-"""The C CPU kernels (gguf_dequant.c, gguf_matmul.c, attention_step.c, rms_norm.c): built once per machine with the
-system C compiler, loaded with ctypes.
+"""The C CPU kernels (gguf_dequant.c, q8_matmul.c, attention_step.c, rms_norm.c): built once per machine with the
+system C compiler, loaded with ctypes. q8_matmul.c is built once per instruction-set level (LEVELS) into the same
+library, and the CPU's flags (or BOLT_CPU_LEVEL, for a lower one) choose the level at run time.
 
 Why C and not a torch extension: the files need no torch headers (pointers and sizes only), so they compile in
 seconds instead of a minute. Threads: the dequantizer's rows are split across Python threads (ctypes releases the
 GIL); the matmul uses OpenMP, whose libgomp.so.1 resolves to the one torch has already loaded (one pool for both).
 
 The library goes to $XDG_CACHE_HOME/bolt_ros/native/ under a name hashed from the source, the compiler's version and
-the CPU's flags (it is built with -march=native). Without a compiler, or with BOLT_NATIVE=0, `available()` is False
+the CPU's flags (the other files are built with -march=native). Without a compiler, or with BOLT_NATIVE=0, `available()` is False
 and callers use the torch reference (slower, same values).
 """
 from __future__ import annotations
@@ -27,15 +28,28 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "gguf_matmul.c", "attention_step.c", "rms_norm.c")]
+SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "attention_step.c", "rms_norm.c")]
+# the int8 matmul, compiled once per instruction-set level (LEVELS) and linked beside the others
+LEVELED = Path(__file__).with_name("q8_matmul.c")
 HEADERS = [Path(__file__).with_name("gguf_blocks.h")]
 # -ffp-contract=off: no fused multiply-adds, so the dequantized values equal the torch reference's bit for bit
-CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=gnu11"]
-MAX_M = 64  # rows of x one gguf_matmul call takes (gguf_matmul.c)
+CFLAGS = ["-O3", "-ffp-contract=off", "-fopenmp", "-fPIC", "-std=gnu11"]
+MAX_M = 64  # rows of x one gguf_matmul call takes (q8_matmul.c)
+# Instruction-set levels of q8_matmul.c, lowest first: (name, compiler flags, CPU flags it needs to run). The machine
+# runs the highest it can, or the highest at or below BOLT_CPU_LEVEL: one machine tests every level below its own.
+_AVX2 = ["-mavx2", "-mfma", "-mf16c"]
+LEVELS: tuple[tuple[str, list[str], frozenset[str]], ...] = (
+    ("portable", [], frozenset()),
+    ("avx2", _AVX2, frozenset({"avx2", "fma", "f16c"})),
+    ("avxvnni", [*_AVX2, "-mavxvnni"], frozenset({"avx2", "fma", "f16c", "avx_vnni"})),
+    ("avx512vnni", [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni"],
+     frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"})),
+)
 TYPES = (2, 3, 6, 7, 8, 12, 13, 14)  # Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
+_levels: dict[str, tuple] = {}  # level -> (bolt_q8_parts_<level>, bolt_q8_fast_<level>)
 _tried = False
 _pool: ThreadPoolExecutor | None = None
 
@@ -57,7 +71,24 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(line.partition(":")[2].split()) if ":" in line else frozenset()
 
 
+def _is_x86() -> bool:
+    return os.uname().machine in ("x86_64", "AMD64", "i686")
+
+
+def _compile(cc: str, args: list[str], out: Path) -> str | None:
+    """cc args -o out, atomically (a concurrent builder never loads a half-written file); the error text on failure"""
+    with tempfile.NamedTemporaryFile(dir=out.parent, suffix=out.suffix, delete=False) as tmp:
+        pass
+    r = subprocess.run([cc, *args, "-o", tmp.name], capture_output=True, text=True, timeout=180)
+    if r.returncode:
+        os.unlink(tmp.name)
+        return r.stderr[-2000:] or "failed"
+    os.replace(tmp.name, out)
+    return None
+
+
 def _build() -> ctypes.CDLL | None:
+    global _levels
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         log.warning("no C compiler found: GGUF dequantization uses the torch reference (slower prefill)")
@@ -67,41 +98,81 @@ def _build() -> ctypes.CDLL | None:
     except (OSError, subprocess.SubprocessError) as e:
         log.warning("C compiler %s does not run (%s): using the torch reference", cc, e)
         return None
-    texts = [f.read_text() for f in SOURCES + HEADERS]
-    key = hashlib.sha256("\0".join([*texts, " ".join(CFLAGS), version, _cpu_flags()]).encode())
+    texts = [f.read_text() for f in [*SOURCES, LEVELED, *HEADERS]]
+    key = hashlib.sha256("\0".join([*texts, " ".join(CFLAGS), repr(LEVELS), version, _cpu_flags()]).encode())
     out_dir = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bolt_ros" / "native"
-    lib = out_dir / f"bolt_cpu-{key.hexdigest()[:16]}.so"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tag = key.hexdigest()[:16]
+    lib = out_dir / f"bolt_cpu-{tag}.so"
+    # every level this compiler can build (an old one may lack -mavxvnni), whether or not this CPU runs it: the
+    # library only calls a level the CPU has (_level)
+    levels = [name for name, _, _ in LEVELS if name == "portable" or _is_x86()]
     if not lib.exists():
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out_dir, suffix=".so", delete=False) as tmp:
-            pass
-        r = subprocess.run([cc, *CFLAGS, *map(str, SOURCES), "-o", tmp.name, "-lm"], capture_output=True, text=True,
-                           timeout=120)
-        if r.returncode:
-            os.unlink(tmp.name)
-            log.warning("building the CPU kernels failed: using the torch reference\n%s", r.stderr[-2000:])
+        objs, built = [], []
+        for name, flags, _ in LEVELS:
+            if name not in levels:
+                continue
+            obj = out_dir / f"q8-{tag}-{name}.o"
+            err = _compile(cc, [*CFLAGS, *flags, f"-DLEVEL={name}", "-c", str(LEVELED)], obj)
+            if err:
+                if name == "portable":
+                    log.warning("building the CPU kernels failed: using the torch reference\n%s", err)
+                    return None
+                log.warning("the compiler cannot build the %s kernels: that level is left out\n%s", name, err[-400:])
+                continue
+            objs.append(obj)
+            built.append(name)
+        (out_dir / f"bolt_cpu-{tag}.levels").write_text(" ".join(built))
+        err = _compile(cc, [*CFLAGS, "-march=native", "-shared", *map(str, SOURCES), *map(str, objs), "-lm"], lib)
+        for o in objs:
+            o.unlink(missing_ok=True)
+        if err:
+            log.warning("building the CPU kernels failed: using the torch reference\n%s", err)
             return None
-        os.replace(tmp.name, lib)  # atomic: a concurrent builder never loads a half-written file
+    levels_file = out_dir / f"bolt_cpu-{tag}.levels"
+    built = levels_file.read_text().split() if levels_file.exists() else ["portable"]
     so = ctypes.CDLL(str(lib))
-    so.bolt_dequant_rows.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                     ctypes.c_void_p, ctypes.c_int]
-    so.bolt_dequant_rows.restype = ctypes.c_int
-    so.bolt_gguf_matmul.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    so.bolt_gguf_matmul.restype = ctypes.c_int
-    so.bolt_gguf_matmul_parts.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                          ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                          ctypes.c_int, ctypes.c_int]
-    so.bolt_gguf_matmul_parts.restype = ctypes.c_int
-    so.bolt_gguf_matmul_fast.argtypes = [ctypes.c_int]
-    so.bolt_gguf_matmul_fast.restype = ctypes.c_int
     p, i64, i = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    so.bolt_dequant_rows.argtypes = [i, p, i64, i64, i64, p, i]
+    so.bolt_dequant_rows.restype = i
+    _levels = {}
+    for name in built:
+        parts, fast = getattr(so, f"bolt_q8_parts_{name}"), getattr(so, f"bolt_q8_fast_{name}")
+        parts.argtypes = [i, p, p, p, i64, p, i64, p, i]
+        parts.restype = i
+        fast.argtypes = [i]
+        fast.restype = i
+        _levels[name] = (parts, fast)
     so.bolt_attention_step.argtypes = [p, i64, i64, i64, i64, p, p, p, i, ctypes.c_float, p, p, i64, i, p, p, p, i64,
                                        i, p, p, i64, i64, ctypes.c_float, p, i]
     so.bolt_attention_step.restype = ctypes.c_int
     so.bolt_rms_norm.argtypes = [p, p, p, p, i64, i64, ctypes.c_float]
     so.bolt_rms_norm.restype = ctypes.c_int
     return so
+
+
+def runnable_levels() -> list[str]:
+    """The q8_matmul levels built here that this CPU can run, lowest first (tests run each)."""
+    if library() is None:
+        return []
+    flags = cpu_flags()
+    return [name for name, _, needs in LEVELS if name in _levels and needs <= flags]
+
+
+@functools.cache
+def level() -> str:
+    """The level the kernels run at: the highest this CPU runs, or the highest at or below $BOLT_CPU_LEVEL."""
+    ok = runnable_levels()
+    if not ok:
+        return "portable"
+    want = os.environ.get("BOLT_CPU_LEVEL", "").strip()
+    names = [name for name, _, _ in LEVELS]
+    if not want:
+        return ok[-1]
+    if want not in names:
+        raise ValueError(f"BOLT_CPU_LEVEL={want!r}: choose one of {', '.join(names)}")
+    below = [name for name in ok if names.index(name) <= names.index(want)]
+    return below[-1] if below else "portable"
 
 
 def library() -> ctypes.CDLL | None:
@@ -156,21 +227,17 @@ def dequantize_rows(data: torch.Tensor, ggml_type: int, n_rows: int, n_cols: int
     return out
 
 
+def _parts_call(level_name: str | None):
+    return _levels[level_name or level()][0]
+
+
 def gguf_matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: int, n_out: int, *,
-                scalar: bool = False) -> torch.Tensor:
+                level: str | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_M) @ W^T -> [M, n_out] fp32, W's GGUF rows in `blocks` (uint8, contiguous, n_out rows).
 
-    x is quantized to int16 per 32 inside (relative error ~1e-5); the caller checks type and sizes. scalar: the
-    portable loops even where a vectorized kernel exists (for tests)."""
-    lib = _lib if _tried else library()  # the hot path of a decode step: no lock once loaded
-    if x.dtype != torch.float32 or not x.is_contiguous():
-        x = x.float().contiguous()
-    m, k = x.shape
-    y = torch.empty(m, n_out, dtype=torch.float32)
-    if lib.bolt_gguf_matmul(ggml_type, blocks.data_ptr(), n_out, k, x.data_ptr(), m, y.data_ptr(),
-                            torch.get_num_threads(), int(scalar)):
-        raise ValueError(f"gguf_matmul refused ggml type {ggml_type} with K={k}, M={m} (M <= {MAX_M})")
-    return y
+    x is quantized to int8 inside as llama.cpp does (Q8_0 per 32, Q8_K per 256 for the K-quants); the caller checks
+    type and sizes. level: a q8_matmul level to run instead of the machine's (tests; it must be runnable)."""
+    return gguf_matmul_parts(x, BlockParts([(blocks, ggml_type, n_out)]), level=level)
 
 
 class BlockParts:
@@ -187,23 +254,25 @@ class BlockParts:
         self.rows = (ctypes.c_int64 * n)(*(r for _, _, r in parts))
 
 
-def gguf_matmul_parts(x: torch.Tensor, parts: BlockParts, *, scalar: bool = False) -> torch.Tensor:
+def gguf_matmul_parts(x: torch.Tensor, parts: BlockParts, *, level: str | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_M) @ [W_0; W_1; ...]^T -> [M, sum N_p] fp32 in one call (x quantized once)."""
-    lib = _lib if _tried else library()
+    if not _tried:
+        library()
     if x.dtype != torch.float32 or not x.is_contiguous():
         x = x.float().contiguous()
     m, k = x.shape
     y = torch.empty(m, parts.n_out, dtype=torch.float32)
-    if lib.bolt_gguf_matmul_parts(parts.n_parts, parts.types, parts.ptrs, parts.rows, k, x.data_ptr(), m,
-                                  y.data_ptr(), torch.get_num_threads(), int(scalar)):
-        raise ValueError(f"gguf_matmul_parts refused types {list(parts.types)} with K={k}, M={m} (M <= {MAX_M})")
+    if _parts_call(level)(parts.n_parts, parts.types, parts.ptrs, parts.rows, k, x.data_ptr(), m, y.data_ptr(),
+                          torch.get_num_threads()):
+        raise ValueError(f"gguf_matmul refused types {list(parts.types)} with K={k}, M={m} (M <= {MAX_M})")
     return y
 
 
 def gguf_matmul_fast(ggml_type: int) -> bool:
-    """Whether this build has a vectorized gguf_matmul for the type (AVX2 + F16C + FMA: Q5_0, Q8_0, Q4_K, Q6_K)."""
+    """Whether this machine's level has a vectorized gguf_matmul for the type (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K from
+    AVX2 + F16C + FMA up)."""
     lib = library()
-    return lib is not None and ggml_type in TYPES and bool(lib.bolt_gguf_matmul_fast(ggml_type))
+    return lib is not None and ggml_type in TYPES and bool(_levels[level()][1](ggml_type))
 
 
 @torch.library.custom_op("bolt_ros::gguf_matmul", mutates_args=())
