@@ -1,9 +1,11 @@
 """One control step of the Reachy Mini backend, ROS-free: our MotionController says where the robot should be, the
 envelope keeps that inside OUR limits, the link streams it to the daemon, and the daemon's state comes back.
 
-The daemon refuses nothing (past its reach it logs "IK error" and holds a distorted pose), so every target passes
-`guard` right before it is sent: clipped into the joint limits and the head-translation bound. The goals were
-already refused or clamped per limit_mode when planned; the guard is the last line, and says when it had to act.
+The daemon refuses nothing (past its reach it logs "IK error" and holds a distorted pose), so a goal's end pose is
+checked against the robot's reach (reach.Reach, the SDK's own kinematics) when it starts: refused with the reason,
+or clamped to the nearest reachable pose (robot config limit_mode). Every target then passes `guard` right before
+it is sent: clipped into the joint limits and the head-translation bound, and brought back within reach. The guard
+is the last line, and says when it had to act.
 """
 from __future__ import annotations
 
@@ -14,28 +16,38 @@ import numpy as np
 from bolt_ros.robot.config import JOINT_NAMES, RobotConfig
 from bolt_ros.robot.controller import FINISHED, Motion, MotionController
 from bolt_ros.robot.reachy_mini.link import Measured, ReachyLink
-from bolt_ros.robot.trajectory import LimitError, Trajectory
+from bolt_ros.robot.reachy_mini.reach import Reach
+from bolt_ros.robot.trajectory import LimitError, Segment, Trajectory
+
+UNAVAILABLE = "the robot is not available"  # how refusals and aborts for a missing robot begin (the tool layer's cue)
+OUT_OF_REACH = "out of reach"  # how refusals of a pose past the robot's reach begin
 
 
 class RobotUnavailable(LimitError):
     """No robot to move (daemon not running or unreachable): the goal is refused with this reason."""
 
 
+class OutOfReach(LimitError):
+    """A goal whose end pose the robot cannot take (its kinematics say so): refused with this reason."""
+
+
 class LinkedController(MotionController):
     """A MotionController that refuses to start motions while the robot is unreachable, and that the bridge can
     re-sync to the measured pose and abort when the robot goes away."""
 
-    def __init__(self, initial: np.ndarray, unavailable: Callable[[], str], before_start: Callable[[], None]):
+    def __init__(self, initial: np.ndarray, unavailable: Callable[[], str], before_start: Callable[[], None],
+                 within_reach: Callable[[Trajectory], Trajectory] = lambda t: t):
         super().__init__(initial)
         self._unavailable = unavailable  # "" when the robot is there, else why not
         self._before_start = before_start
+        self._within_reach = within_reach  # the trajectory as it may run, or OutOfReach
 
     def start(self, build: Callable[[np.ndarray], Trajectory], label: str) -> Motion:
         why = self._unavailable()
         if why:
             raise RobotUnavailable(why)
         self._before_start()
-        return super().start(build, label)
+        return super().start(lambda start: self._within_reach(build(start)), label)
 
     def current(self) -> Motion | None:
         with self._lock:
@@ -83,10 +95,13 @@ class Envelope:
 
 
 class ReachyBridge:
-    def __init__(self, link: ReachyLink, robot: RobotConfig, max_offset_m: float, log: Callable[[str], None]):
+    def __init__(self, link: ReachyLink, robot: RobotConfig, max_offset_m: float, log: Callable[[str], None],
+                 reach: Reach | None = None):
         self.link, self.robot, self.log = link, robot, log
         self.envelope = Envelope(robot, max_offset_m)
-        self.controller = LinkedController(robot.neutral_pose(), self.unavailable, self._stop_daemon_moves)
+        self.reach = reach  # None: per-joint limits only (no SDK kinematics)
+        self.controller = LinkedController(robot.neutral_pose(), self.unavailable, self._stop_daemon_moves,
+                                           self.within_reach)
         self._generation = 0
         self._last_sent: tuple | None = None  # what was sent last (None: nothing since idle or connecting)
         self._last_pose: tuple[np.ndarray, float] = (robot.neutral_pose(), 0.0)  # its pose and when
@@ -98,7 +113,26 @@ class ReachyBridge:
             self.log(f"stopped the daemon-side move {uuid} to run our goal")
 
     def unavailable(self) -> str:
-        return "" if self.link.connected else f"the robot is not available: {self.link.error}"
+        return "" if self.link.connected else f"{UNAVAILABLE}: {self.link.error}"
+
+    def within_reach(self, trajectory: Trajectory) -> Trajectory:
+        """The trajectory if the robot can take its end pose; else, per limit_mode, refused (OutOfReach) or a goto
+        (one segment) retargeted to the nearest reachable pose on its way. Animations and dances refuse: their
+        shape is the point; a pose on the way past reach is brought back by the guard while it streams."""
+        if self.reach is None:
+            return trajectory
+        end = trajectory.final
+        offset = trajectory.offset(trajectory.duration) if hasattr(trajectory, "offset") else None
+        why = self.reach.why_not(end, offset)
+        if not why:
+            return trajectory
+        segments = getattr(trajectory, "segments", [])
+        if self.robot.limit_mode == "clamp" and len(segments) == 1 and offset is None:
+            seg = segments[0]
+            near = self.reach.nearest(end, seg.start)
+            self.log(f"{OUT_OF_REACH}: clamped {_pose_text(end)} to {_pose_text(near)} ({why})")
+            return Trajectory([Segment(seg.start, near, seg.t0, seg.duration, seg.profile)])
+        raise OutOfReach(f"{OUT_OF_REACH}: the robot cannot take {_pose_text(end)} ({why})")
 
     def step(self) -> Measured | None:
         """Read the state, send the command; returns the state (None while there is no robot)."""
@@ -106,7 +140,7 @@ class ReachyBridge:
         if measured is None:
             motion = self.controller.current()
             if motion is not None:
-                self.controller.abort(f"aborted: {self.link.lost_reason or self.link.error}")
+                self.controller.abort(f"{UNAVAILABLE}: {self.link.lost_reason or self.link.error}")
             self._last_sent = None
             return None
         if self.link.generation != self._generation:  # a fresh connection: any motion was aborted with the old one
@@ -127,6 +161,10 @@ class ReachyBridge:
         pose, offset, clipped = self.envelope.guard(pose, offset)
         previous, then = self._last_pose if self._last_sent is not None else (None, now)
         pose, slowed = self.envelope.limit_step(pose, previous, now - then)
+        if self.reach is not None and not self.reach.reachable(pose, offset):
+            # the way between two reachable poses may leave the reach: hold its edge, from where we were
+            pose = self.reach.nearest(pose, measured.pose if previous is None else previous, offset)
+            clipped.append("reach")
         if clipped or slowed:
             self.log(f"envelope: clipped {', '.join(clipped) or 'nothing'}, slowed {', '.join(slowed) or 'nothing'}"
                      " before sending")
@@ -154,3 +192,9 @@ class ReachyBridge:
         end = motion.start_time + motion.trajectory.duration
         return self.controller.now() - end >= timeout_s
 
+
+
+def _pose_text(pose: np.ndarray) -> str:
+    """The head and body of a pose in degrees, for messages."""
+    names = ("head_roll", "head_pitch", "head_yaw", "body_yaw")
+    return ", ".join(f"{n} {np.degrees(pose[JOINT_NAMES.index(n)]):.0f} deg" for n in names)

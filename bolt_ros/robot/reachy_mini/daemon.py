@@ -1,6 +1,11 @@
 """Pollen's `reachy-mini-daemon` in MuJoCo as a child process: started headless on a port of our choosing, waited
 for until its REST API answers, stopped (SIGTERM, then SIGKILL) when we are done. Used by the robot node
-(robot:=reachy_mini_sim), the tests, the render command and the bench."""
+(robot:=reachy_mini_sim, through supervisor.DaemonSupervisor), the tests, the render command and the bench.
+
+A simulator mode must only ever drive the simulator it started: a port someone else listens on may be a real robot's
+daemon (USB: 127.0.0.1:8000, the SDK's default). So a start on a taken port fails with who holds it (`holder`), and
+a daemon counts as ready only when the process listening on its port is ours (`owns_port`), not merely when
+something there answers."""
 from __future__ import annotations
 
 import json
@@ -19,6 +24,14 @@ class DaemonError(RuntimeError):
     """The daemon could not be started or did not answer."""
 
 
+class PortTaken(DaemonError):
+    """Someone else listens on the port we were to start our daemon on."""
+
+    def __init__(self, port: int):
+        self.port, self.holder = port, holder(port)
+        super().__init__(f"port {port} is taken by {self.holder}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -34,6 +47,37 @@ def port_free(port: int) -> bool:
             return True
         except OSError:
             return False
+
+
+def listening_pids(port: int) -> set[int | None]:
+    """The processes listening on TCP `port` (None for one we may not see: another user's)."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):  # macOS without root: nothing known
+        return set()
+    return {c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port}
+
+
+def holder(port: int) -> str:
+    """Who listens on `port`, in words: the process, and whether it answers as a Reachy Mini daemon (real or sim)."""
+    import psutil
+
+    names = []
+    for pid in sorted(listening_pids(port), key=lambda p: p or 0):
+        try:
+            names.append(f"pid {pid} ({' '.join(psutil.Process(pid).cmdline()[:4])[:80]})" if pid else
+                         "a process of another user")
+        except (psutil.Error, TypeError):
+            names.append(f"pid {pid}")
+    try:
+        status = get_json("127.0.0.1", port, "/api/daemon/status", timeout=0.5)
+        sim = status.get("simulation_enabled") if isinstance(status, dict) else None
+        what = "a reachy-mini-daemon" + {True: " (simulated)", False: " (a real robot's)"}.get(sim, "")
+    except (OSError, ValueError):
+        what = "a process that is not a reachy-mini-daemon" if names else "another process"
+    return what + (f": {', '.join(names)}" if names else "")
 
 
 def daemon_executable() -> str | None:
@@ -85,7 +129,7 @@ class SimDaemon:
 
     def start(self, timeout: float = 60.0) -> SimDaemon:
         if not port_free(self.port):  # else we would wait for, and then drive, whoever holds it
-            raise DaemonError(f"port {self.port} is in use (another reachy-mini-daemon?); choose another port")
+            raise PortTaken(self.port)
         # Telemetry off; MUJOCO_GL unset for the daemon, it renders nothing headless. os.environ is inherited
         # whole: the ROS wheels re-exec Python with LD_LIBRARY_PATH set.
         env = {**os.environ, "REACHY_MINI_TELEMETRY": "0"}
@@ -105,14 +149,31 @@ class SimDaemon:
                                   + (f" (log: {self.log_path})" if self.log_path else ""))
             try:
                 get_json(self.host, self.port, "/api/state/full")
-                return
             except OSError:
                 time.sleep(0.2)
+                continue
+            if self.owns_port():
+                return
+            # someone took the port between our check and our child's bind: it answers, our child will exit
+            self.stop()
+            raise PortTaken(self.port)
         self.stop()
         raise DaemonError(f"reachy-mini-daemon did not answer on port {self.port} within {timeout:.0f} s")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def owns_port(self) -> bool:
+        """Our child (its process group: the console script and whatever it spawned) listens on our port."""
+        if not self.alive():
+            return False
+        for pid in listening_pids(self.port):
+            try:
+                if pid is not None and os.getpgid(pid) == self.proc.pid:
+                    return True
+            except ProcessLookupError:
+                pass
+        return False
 
     def kill(self) -> None:
         """SIGKILL to its process group, as a crash would (the fault tests)."""

@@ -5,6 +5,9 @@ The SDK's client caches the state the daemon pushes (~50 Hz over one WebSocket);
 on the network in the control loop, and stream targets with `set_target` (fire and forget). We never start
 daemon-side moves (goto_target, play_move): while one runs the daemon silently ignores set_target, and our own
 trajectories already give cancel and preempt.
+
+`endpoint` (simulator mode: supervisor.DaemonSupervisor.endpoint) says where our own daemon is, or that there is
+none: the link then connects to nothing, even if something else answers on the port.
 """
 from __future__ import annotations
 
@@ -30,8 +33,10 @@ class Measured:
 
 class ReachyLink:
     def __init__(self, host: str, port: int, *, connect_timeout_s: float = 5.0, stale_after_s: float = 2.0,
-                 retry_s: float = 1.0, log: Callable[[str], None] = print):
+                 retry_s: float = 1.0, log: Callable[[str], None] = print,
+                 endpoint: Callable[[], tuple[str, int] | None] | None = None):
         self.host, self.port = host, port
+        self.endpoint = endpoint  # None: host:port, always (the real robot's daemon)
         self.connect_timeout_s, self.stale_after_s, self.retry_s = connect_timeout_s, stale_after_s, retry_s
         self.log = log
         self.error = "not connected yet"  # why there is no robot now, for refused goals
@@ -128,6 +133,12 @@ class ReachyLink:
 
     def _keep_connected(self) -> None:
         while not self._closed.is_set():
+            target = self.endpoint() if self.endpoint is not None else (self.host, self.port)
+            if target is None:
+                self.error = "our simulated Reachy Mini's daemon is not running"
+                self._closed.wait(min(self.retry_s, 0.2))  # it comes back within seconds: look often
+                continue
+            self.host, self.port = target
             try:
                 mini = self._connect()
             except Exception as e:  # ConnectionError, TimeoutError, ...: not there (yet); try again
