@@ -1,16 +1,21 @@
-"""A terminal console for the running graph: you type what a person says, it shows live what the robot says,
-the tools it calls and how it moves.
+"""A terminal console for the running graph, made for a person: you type what a person says, and read the
+conversation, one line per move the robot makes, and problems in plain words.
 
-    you> wave at me
-    [tool] play_animation {"name": "happy"}
-    [motion] head r/p/y  +0/ -8/ +0 deg  antennas +45/-45 deg  body +0 deg
-    [tool] play_animation -> ok
-    Bolt: There, a happy wiggle!
+    you: look to your left
+    [moves: look left]
+    [motion] moving
+    Bolt: Looking left.
+    [motion] stopped: head r/p/y  +0/ +0/+34 deg  antennas  +0/ +0 deg  body  +0 deg
+    [robot] my body isn't connected
 
+ROS logs and the tools' JSON go to bringup's log file; `verbose=True` (bringup --verbose) shows the tool calls and
+results as JSON here too. Motion lines come when a move starts and when it ends, not while the head holds still
+(the simulated head creeps by fractions of a degree) nor while it sways with the robot's voice (a few degrees).
 Lines starting with `/see ` publish a caption (what the robot's camera would report); `/quit` or Ctrl-D ends.
 """
 from __future__ import annotations
 
+import json
 import math
 import sys
 import threading
@@ -18,23 +23,29 @@ import time
 from typing import TextIO
 
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from bolt_ros.msg import AssistantEvent, Caption
 
-PROMPT = "you> "
+PROMPT = "you: "
 HELP = "Type what a person says to the robot. /see <text>: a camera caption. /quit or Ctrl-D: exit."
-MOTION_PERIOD_S = 0.25  # joint-state lines at most this often while the robot moves
-MOVING_RAD = 0.005
+# A move starts when a joint leaves its rest pose by more than START_RAD (antennas: START_ANTENNA_RAD): above the
+# voice sway's peaks (4 deg head, 12 deg antennas, voice/config.py SwayConfig). It ends when every joint stayed
+# within STILL_RAD for STILL_S: the MuJoCo head settles to < 0.5 deg within ~0.3 s of its last command.
+START_RAD, START_ANTENNA_RAD = 0.1, 0.35
+STILL_RAD, STILL_S = 0.02, 0.4
+ANTENNAS = ("antenna_right", "antenna_left")
+WATCHED = ("head_roll", "head_pitch", "head_yaw", *ANTENNAS, "body_yaw")
 
 
 class Console(Node):
-    def __init__(self, *, out: TextIO = sys.stdout, transcript: str = "speech/transcript",
+    def __init__(self, *, out: TextIO = sys.stdout, verbose: bool = False, transcript: str = "speech/transcript",
                  caption: str = "perception/caption", events: str = "assistant/events", tts: str = "tts/say",
-                 joint_states: str = "joint_states", **node_kwargs):
+                 joint_states: str = "joint_states", robot_status: str = "robot_status", **node_kwargs):
         super().__init__(node_kwargs.pop("node_name", "console"), **node_kwargs)
-        self.out = out
+        self.out, self.verbose = out, verbose
         self._print_lock = threading.Lock()
         self._transcript = self.create_publisher(String, transcript, 10)
         self._caption = self.create_publisher(Caption, caption, 10)
@@ -44,9 +55,10 @@ class Console(Node):
         self.create_subscription(String, transcript, self._on_transcript, 10)
         self.create_subscription(AssistantEvent, events, self._on_event, 100)
         self.create_subscription(JointState, joint_states, self._on_joints, 10)
-        self._last_pose: list[float] | None = None
-        self._last_motion_t = 0.0
-        self._moving = False
+        self.create_subscription(String, robot_status, lambda m: self.show(f"[robot] {m.data}"),
+                                 QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self.motion = MotionLines()
+        self._thinking = False
 
     # ---- input -----------------------------------------------------------------------------------------------
     def start_input(self, stop: threading.Event, stdin: TextIO = sys.stdin) -> threading.Thread:
@@ -93,25 +105,76 @@ class Console(Node):
 
     def _on_event(self, ev: AssistantEvent) -> None:
         if ev.type == AssistantEvent.TOOL_CALL:
-            self.show(f"[tool] {ev.tool_call.name} {ev.tool_call.arguments}")
+            self.show(f"[{move_words(ev.tool_call.name, ev.tool_call.arguments)}]")
+            if self.verbose:
+                self.show(f"[tool] {ev.tool_call.name} {ev.tool_call.arguments}")
         elif ev.type == AssistantEvent.TOOL_RESULT:
             r = ev.tool_result
-            self.show(f"[tool] {r.name} -> " + (f"ok {r.content[:120]}" if r.ok else f"error: {r.error}"))
+            if self.verbose:
+                self.show(f"[tool] {r.name} -> " + (f"ok {r.content}" if r.ok else f"error: {r.error}"))
+            elif not r.ok:  # why is the robot's own sentence (or the log's, in detail)
+                self.show(f"[{move_words(r.name, '{}')}: not done]")
         elif ev.type == AssistantEvent.ERROR:
-            self.show(f"[error] {ev.text}")
-        elif ev.type == AssistantEvent.STATE and ev.state == AssistantEvent.STATE_THINKING:
-            self.show("[thinking...]")
+            self.show(f"[problem] {ev.text}" if self.verbose else "[problem] something went wrong in my thinking "
+                      "(details in the log)")
+        elif ev.type == AssistantEvent.STATE:
+            if ev.state == AssistantEvent.STATE_THINKING and not self._thinking:
+                self.show("[thinking...]")  # once a turn: a turn may think again after each tool round
+            self._thinking = ev.state != AssistantEvent.STATE_IDLE
 
     def _on_joints(self, js: JointState) -> None:
-        pose = list(js.position)
-        now = time.monotonic()
-        moved = self._last_pose is None or max(abs(a - b) for a, b in zip(pose, self._last_pose)) > MOVING_RAD
-        if moved and now - self._last_motion_t >= MOTION_PERIOD_S:
-            self.show("[motion] " + format_pose(js.name, pose))
-            self._last_pose, self._last_motion_t, self._moving = pose, now, True
-        elif not moved and self._moving and now - self._last_motion_t >= MOTION_PERIOD_S:
-            self.show("[motion] still at " + format_pose(js.name, pose))
-            self._moving = False
+        line = self.motion.update(js.name, js.position, time.monotonic())
+        if line:
+            self.show(line)
+
+
+class MotionLines:
+    """Joint states -> a line when a move starts ("[motion] moving") and when it ends (where the robot stopped)."""
+
+    def __init__(self):
+        self.rest: dict[str, float] | None = None  # where the robot was still last
+        self.moving = False
+        self._recent: list[tuple[float, dict[str, float]]] = []  # the last STILL_S of poses
+
+    def update(self, names, positions, now: float) -> str:
+        pose = {n: p for n, p in zip(names, positions) if n in WATCHED}
+        if not pose:
+            return ""
+        self._recent = [(t, p) for t, p in self._recent if now - t <= STILL_S] + [(now, pose)]
+        still = now - self._recent[0][0] >= STILL_S * 0.9 and all(
+            max(p[n] for _, p in self._recent) - min(p[n] for _, p in self._recent) <= STILL_RAD for n in pose)
+        if self.rest is None:
+            self.rest = pose
+            return ""
+        if not self.moving:
+            if any(abs(pose[n] - self.rest.get(n, pose[n])) > (START_ANTENNA_RAD if n in ANTENNAS else START_RAD)
+                   for n in pose):
+                self.moving = True
+                return "[motion] moving"
+            if still:
+                self.rest = pose  # a slow creep at rest moves the rest pose, not the robot's story
+            return ""
+        if still:
+            self.moving, self.rest = False, pose
+            return "[motion] stopped: " + format_pose(list(pose), list(pose.values()))
+        return ""
+
+
+def move_words(name: str, arguments: str) -> str:
+    """A tool call as a person would say it: "moves: look left", "moves: dance", "checks: list animations"."""
+    try:
+        args = json.loads(arguments or "{}")
+    except ValueError:
+        args = {}
+    args = args if isinstance(args, dict) else {}
+    if name == "play_animation" and isinstance(args.get("name"), str):
+        words = args.pop("name")
+    else:
+        words = name
+    words = " ".join([words.replace("_", " "), *(str(v).replace("_", " ") for v in args.values()
+                                                 if isinstance(v, str))])
+    nums = ", ".join(f"{k} {v:g}" for k, v in args.items() if isinstance(v, int | float) and not isinstance(v, bool))
+    return ("checks: " if name.startswith("list_") else "moves: ") + words + (f" ({nums})" if nums else "")
 
 
 def format_pose(names: list[str], pos: list[float]) -> str:

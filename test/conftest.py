@@ -118,14 +118,16 @@ def real_ggufs():
 
 class BringupConsole:
     """`python -m bolt_ros.bringup --console ARGS` (the README's main job) in a subprocess; its output is collected
-    line by line. Use as a context manager: the process is killed if a test leaves it running."""
+    line by line. Use as a context manager: the process is killed if a test leaves it running. verbose: the ROS logs
+    and the tools' JSON on the console too (what tests wait for); False = the console a person reads."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, verbose: bool = True):
         import subprocess
         import sys
         from pathlib import Path
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "bolt_ros.bringup", "--console", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "bolt_ros.bringup", "--console",
+                                      *(["--verbose"] if verbose else []), *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=os.environ.copy(), cwd=Path(__file__).resolve().parent.parent)
         self.lines: list[str] = []

@@ -267,10 +267,12 @@ class ToolLoop:
 
     def _say_instead(self, conv: Conversation, outcomes: list[ToolOutcome], res: TurnResult) -> bool:
         """Calls that all succeeded with lines of their own to say (ToolSpec.say: motions) end the turn with one of
-        those lines, the first not said in recent turns, instead of a words round over their results."""
-        if not outcomes or not all(o.ok and o.say for o in outcomes):
+        those lines, the first not said in recent turns, instead of a words round over their results; a call that
+        failed with a plain reason (ToolOutcome.say of a failure: "I can't turn that far.") ends it with that."""
+        failed = [o for o in outcomes if not o.ok]
+        if not outcomes or not all(o.say for o in failed or outcomes):
             return False
-        line = _fresh_line(conv, outcomes[-1].say)
+        line = failed[0].say[0] if failed else _fresh_line(conv, outcomes[-1].say)
         res.messages.append({"role": "assistant", "content": line})
         self._set_state(SPEAKING)
         self._speak(line, res, model=False)

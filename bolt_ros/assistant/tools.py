@@ -121,6 +121,24 @@ class ToolError(Exception):
     """A call the router refuses before touching ROS (unknown tool, unparsable call, bad arguments)."""
 
 
+# A motion the robot could not do is answered with one of these plain sentences, never with a model's words over
+# the error (they named addresses, ports and retries: issue 35). The robot's servers begin their reasons with these
+# cues (bolt_ros/robot/reachy_mini/bridge.py: UNAVAILABLE, OUT_OF_REACH; robot/trajectory.py: "target refused";
+# the router: "server ... is not available").
+NOT_CONNECTED = "I can't move right now: my body isn't connected."
+TOO_FAR = "I can't turn that far."
+
+
+def failure_line(error: str) -> str:
+    """The sentence for a motion that failed with `error` ("" = none fits: the model reads the error)."""
+    if "is not available" in error:
+        return NOT_CONNECTED
+    if "out of reach" in error or "did not reach the target" in error or ("target refused" in error
+                                                                           and "outside" in error):
+        return TOO_FAR
+    return ""
+
+
 @dataclass
 class ToolOutcome:
     id: str
@@ -134,9 +152,10 @@ class ToolOutcome:
     say: list[str] = field(default_factory=list)  # lines to speak instead of a words round (ToolSpec.say)
 
     def for_model(self) -> str:
-        """What the model reads as the tool message."""
+        """What the model reads as the tool message (a failure with a plain sentence: that sentence, so no later
+        reply repeats the error's addresses and ports)."""
         if not self.ok:
-            return json.dumps({"error": self.error})
+            return json.dumps({"error": self.say[0] if self.say else self.error})
         return self.text or self.content
 
 

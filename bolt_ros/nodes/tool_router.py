@@ -22,7 +22,7 @@ from rclpy.task import Future
 from unique_identifier_msgs.msg import UUID
 
 from bolt_ros.assistant.backend import ToolCallRequest
-from bolt_ros.assistant.tools import Tool, ToolError, ToolOutcome, ToolRegistry
+from bolt_ros.assistant.tools import Tool, ToolError, ToolOutcome, ToolRegistry, failure_line
 
 _STATUS = {GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
            GoalStatus.STATUS_CANCELED: "canceled"}
@@ -89,6 +89,7 @@ class ToolRouter:
     # ---- the call path -------------------------------------------------------------------------------------
     def call(self, call: ToolCallRequest, cancel: threading.Event) -> ToolOutcome:
         t0 = time.perf_counter()
+        tool = None
         try:
             tool, args = self.registry.resolve(call)
             fields = tool.request_fields(args)
@@ -102,7 +103,9 @@ class ToolRouter:
             out = ToolOutcome(call.id, call.name, True, json.dumps(content), done=done,
                               say=tool.say_lines(args, content.get("result", {})), text=text)
         except ToolError as e:
-            out = ToolOutcome(call.id, call.name, False, error=str(e))
+            # a motion (a tool with lines of its own) that could not be done says why in plain words
+            plain = failure_line(str(e)) if tool is not None and tool.spec.say else ""
+            out = ToolOutcome(call.id, call.name, False, error=str(e), say=[plain] if plain else [])
         except Exception as e:  # a router bug must not take the node down; the model and the log both see it
             out = ToolOutcome(call.id, call.name, False, error=f"internal error: {type(e).__name__}: {e}")
         out.elapsed_ms = (time.perf_counter() - t0) * 1e3
