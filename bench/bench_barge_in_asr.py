@@ -1,14 +1,20 @@
-"""What the ASR makes of a barge-in, with and without echo suppression: the robot says a long sentence (Piper), the
-mic hears it through a room, and a person (espeak-ng) speaks over it at one of many offsets. The recognizer's own
-parts run offline, frame by frame, as its audio thread runs them: silero VAD, the echo gate, the turn segmenter; the
-robot's playback stops `--react-ms` after the segmenter's onset (the barge-in), as the synthesizer stops it. The
-turn's audio then goes to tiny.en as it is, and with the robot's voice taken out (`EchoSuppressor`).
+"""Barge-in in a room with noise (issue 36): does the robot interrupt itself, how fast does a person stop it, and
+what does the ASR make of what they said. The recognizer's own parts run offline, frame by frame, as its audio
+thread runs them (silero VAD, the echo gate, the turn segmenter: bench/voice_room.py's `replay`); the robot's
+playback stops `--react-ms` after a barge-in, as the synthesizer stops at its next 20 ms block.
 
-    python bench/bench_barge_in_asr.py [--rooms 0 0.4] [--out docs/bench_barge_in_asr.json]
+    python bench/bench_barge_in_asr.py [--quiet-minutes 5] [--per-cell 8] [--gate new|old] [--out FILE]
 
-Rooms: RT60 0 is the voice test's room (a copy of the played audio, 120 ms late, at 0.35); RT60 > 0 adds a diffuse
-tail decaying by 60 dB over RT60 s (seeded noise), scaled to the same echo energy. Counts, per room and phrase, the
-turns whose transcript holds the phrase's key word, and the turns that came out empty.
+1. Nobody speaking: the robot's long replies (Piper, three sentences each) for `--quiet-minutes` of its voice, over
+   room noise (pink + eight-talker babble, -45, -40 and -35 dBFS in turn) through a room with a 0.3 s reverberant
+   tail, echo 120 ms late and 10 dB down: false barge-ins per minute of robot speech, and the transcripts any turn
+   gave (with the robot's voice taken out, as the recognizer does).
+2. Interruptions: a person (espeak-ng, two voices) says one of four phrases over a reply, +6, +8 or +10 dB over the
+   robot's echo (each voice's level while it speaks), in the dry room and with the 0.3 s tail, noise at -41 dBFS:
+   detected, person's onset -> barge-in decided, -> robot silent (+ react), and the key word heard in the
+   echo-suppressed turn, by whisper with the vocabulary prompt and without it.
+
+`--gate old` runs the gate as it was before issue 36 (no room level, margin 6 dB): the "before" numbers.
 """
 from __future__ import annotations
 
@@ -19,120 +25,161 @@ import time
 from pathlib import Path
 
 import numpy as np
+from voice_room import BABBLE_TEXTS, REPLY_TEXTS, Room, active_db, replay, room_noise, voice_clip
 
 from bolt_ros.voice.asr import Transcriber
-from bolt_ros.voice.audio import MODEL_RATE, resample, to_float
-from bolt_ros.voice.config import AsrConfig, RecognizerConfig
-from bolt_ros.voice.echo import EchoGate
-from bolt_ros.voice.echo_suppress import EchoSuppressor
+from bolt_ros.voice.audio import MODEL_RATE
+from bolt_ros.voice.config import AsrConfig, EchoConfig, RecognizerConfig
 from bolt_ros.voice.tts import EspeakTts, PiperTts
-from bolt_ros.voice.vad import FRAME, FRAME_S, EndOfTurn, Onset, SileroVad, TurnSegmenter
+from bolt_ros.voice.vad import SileroVad
+from bolt_ros.voice.words import words
 
-ROBOT = "Watch me, this is my favourite dance of all, I learned it from a friend."
-PHRASES = {"Stop, please.": "stop", "Wait, look at me.": "wait", "No, turn left.": "left"}
-DELAY_S, GAIN = 0.12, 0.35         # the voice test's room
-PLAYBACK_BLOCK = 320               # the synthesizer's 20 ms blocks, as the reference arrives
-
-
-def voice(tts, text: str) -> np.ndarray:
-    pcm = tts.synthesize(text)
-    x = resample(to_float(pcm), pcm.rate)
-    loud = np.flatnonzero(np.abs(x) > 0.02 * np.abs(x).max())
-    return x[loud[0]:loud[-1] + 1]
+PHRASES = {"Stop, please.": "stop", "Wait, look at me.": "wait", "No, turn left.": "left",
+           "Hold on a second.": "hold"}
+PERSONS = {"espeak en-us": "en-us", "espeak en-us+f3": "en-us+f3"}
+LEAD_S, SENTENCE_GAP_S, REPLY_GAP_S = 2.0, 0.2, 1.5
+QUIET_LEVELS = (-45.0, -40.0, -35.0)
+OLD_ECHO = {"noise_window_s": 0.0, "vad_hangover_ms": 0, "margin_db": 6.0}
 
 
-def room_response(rt60: float, seed: int = 0) -> np.ndarray:
-    """The speaker -> mic path after its DELAY_S: the direct sound, and for rt60 > 0 a diffuse decaying tail, with
-    the energy of a GAIN copy."""
-    if rt60 <= 0:
-        return np.array([GAIN], np.float32)
-    t = np.arange(int(rt60 * MODEL_RATE)) / MODEL_RATE
-    h = np.random.default_rng(seed).standard_normal(len(t)) * 10 ** (-3 * t / rt60)
-    h[0] = 0.0
-    h *= 0.7 / np.sqrt((h ** 2).sum())
-    h[0] = 0.7
-    return (h * GAIN / np.sqrt((h ** 2).sum())).astype(np.float32)
+def timeline(sentences: list[np.ndarray], t0: float) -> tuple[list[tuple[float, np.ndarray]], float]:
+    """A reply's sentences as the synthesizer plays them: (start, audio) from t0, and the end."""
+    out, t = [], t0
+    for x in sentences:
+        out.append((t, x))
+        t += len(x) / MODEL_RATE + SENTENCE_GAP_S
+    return out, t
 
 
-def barge_in_turn(vad, robot, person, t_person: float, h, react_s: float):
-    """One barge-in replayed frame by frame: (the turn's audio, its start time, the gate's learned path, the
-    suppressor holding what was played), or None when no turn ended."""
-    cfg = RecognizerConfig()
-    vad.reset()
-    gate, seg, sup = EchoGate(cfg.echo), TurnSegmenter(cfg.vad), EchoSuppressor(cfg.echo)
-    echo = np.convolve(robot, h).astype(np.float32)
-    cut, played = len(robot), 0
-    n_frames = int((t_person + len(person) / MODEL_RATE + 1.5) / FRAME_S)
-    d, p0 = int(DELAY_S * MODEL_RATE), int(t_person * MODEL_RATE)
-    for k in range(n_frames):
-        t_end = (k + 1) * FRAME_S
-        while played < cut and played < t_end * MODEL_RATE:     # the reference, as its blocks are played
-            block = robot[played:min(played + PLAYBACK_BLOCK, cut)]
-            gate.add_reference(block, played / MODEL_RATE)
-            sup.add_reference(block, played / MODEL_RATE)
-            played += len(block)
-        i = np.arange(k * FRAME, (k + 1) * FRAME)
-        frame = np.zeros(FRAME, np.float32)
-        ok = (i - d >= 0) & (i - d < len(echo))
-        frame[ok] = echo[i[ok] - d]
-        ok = (i - p0 >= 0) & (i - p0 < len(person))
-        frame[ok] += person[i[ok] - p0]
-        for ev in seg.push(frame, vad(frame), gate.is_echo(frame, t_end), t_end):
-            if isinstance(ev, Onset) and cut == len(robot):     # the barge-in: playback stops
-                cut = min(len(robot), int((t_end + react_s) * MODEL_RATE))
-                stopped = robot.copy()
-                stopped[cut:] = 0.0
-                echo = np.convolve(stopped, h).astype(np.float32)
-            if isinstance(ev, EndOfTurn):
-                return ev.audio, ev.t_decision - len(ev.audio) / MODEL_RATE, gate.path(), sup
-    return None
+def prompt_words(text: str, phrase: str, vocabulary: str) -> list[str]:
+    """Words of the vocabulary prompt in a transcript that the person did not say."""
+    said = set(words(phrase))
+    return [w for w in words(text) if w in set(words(vocabulary)) - said - {"your", "up", "look"}]
+
+
+def quiet(args, cfg, vad, asr, robot, clips) -> dict:
+    """Part 1: minutes of the robot's voice, nobody speaking."""
+    spoken_s, barges, onsets, transcripts, texts, k = 0.0, 0, 0, 0, [], 0
+    while spoken_s < args.quiet_minutes * 60:
+        level = QUIET_LEVELS[k % len(QUIET_LEVELS)]
+        room = Room(rt60=0.3, noise_dbfs=level, seed=k)
+        order = np.random.default_rng(k).permutation(len(robot))
+        utterances, t = [], LEAD_S
+        for r in range(4):                                   # four replies of three sentences per run
+            part, t = timeline([robot[i] for i in order[3 * r:3 * r + 3]], t)
+            utterances += part
+            t += REPLY_GAP_S
+        noise = room_noise(int(t * MODEL_RATE) + MODEL_RATE, level, np.random.default_rng(100 + k), clips)
+        heard = replay(vad, utterances, room, t, noise=noise, react_s=None, cfg=cfg)
+        spoken_s += sum(len(x) for _, x in utterances) / MODEL_RATE
+        barges += len(heard.barge_ins())
+        onsets += len(heard.onsets)
+        for turn in heard.turns:
+            text = asr.transcribe(turn.suppressor.suppress(turn.audio, turn.t_start, *turn.path))
+            transcripts += bool(text)
+            texts += [text] if text else []
+        print(f"quiet run {k}: {level:.0f} dBFS, robot {spoken_s / 60:.1f} min so far: barge-ins "
+              f"{len(heard.barge_ins())}, onsets {len(heard.onsets)}, turns {len(heard.turns)}", flush=True)
+        k += 1
+    return {"robot_speech_min": spoken_s / 60, "barge_ins": barges, "barge_ins_per_min": barges / (spoken_s / 60),
+            "onsets": onsets, "transcripts": transcripts, "texts": texts}
+
+
+def interruptions(args, cfg, vad, asr, robot, clips, persons) -> list[dict]:
+    """Part 2: a person speaks over a reply."""
+    rows, i = [], 0
+    for who, tts in persons.items():
+        for rt60 in (0.0, 0.3):
+            room = Room(rt60=rt60, noise_dbfs=-41.0)
+            for j in range(args.per_cell):
+                phrase = list(PHRASES)[j % len(PHRASES)]
+                snr = (6.0, 8.0, 10.0)[j % 3]
+                a, b = robot[(2 * j) % len(robot)], robot[(2 * j + 1) % len(robot)]
+                utterances, _ = timeline([a, b], LEAD_S)
+                echo_db = active_db(room.echo(np.concatenate([a, b]), len(a) + len(b)))
+                person = voice_clip(tts, phrase)
+                person *= 10 ** ((echo_db + snr - active_db(person)) / 20)
+                # over either sentence, the path learned or not (1.0 .. 6.0 s into the reply)
+                t_person = LEAD_S + 1.0 + 5.0 * ((j * 0.37 + i * 0.11) % 1.0)
+                i += 1
+                duration = t_person + len(person) / MODEL_RATE + 2.0
+                noise = room_noise(int(duration * MODEL_RATE) + MODEL_RATE, -41.0, np.random.default_rng(500 + i),
+                                   clips)
+                heard = replay(vad, utterances, room, duration, person=(t_person, person), noise=noise,
+                               react_s=args.react_ms / 1000, cfg=cfg)
+                hits = [o for o in heard.barge_ins() if o[0] >= t_person]
+                row = {"person": who, "rt60_s": rt60, "phrase": phrase, "snr_db": snr, "t_person": t_person,
+                       "false_before": len([o for o in heard.onsets if o[0] < t_person]),
+                       "detected": bool(hits), "latency_ms": 1e3 * (hits[0][0] - t_person) if hits else None}
+                turn = next((t for t in heard.turns if t.barge_in), None)
+                # the turn with the robot's voice taken out, by whisper with the prompt and without; and the
+                # person's words alone, as said (no room, no robot): what the ASR could hear at best
+                for name, prompt in (("prompt", True), ("no_prompt", False), ("alone", False)):
+                    text = ""
+                    if name == "alone":
+                        text = asr.transcribe(person, prompt=False)
+                    elif turn is not None:
+                        text = asr.transcribe(turn.suppressor.suppress(turn.audio, turn.t_start, *turn.path),
+                                              prompt=prompt)
+                    row[f"text_{name}"] = text
+                    row[f"key_{name}"] = PHRASES[phrase] in words(text)
+                    row[f"extra_{name}"] = prompt_words(text, phrase, asr.cfg.vocabulary)
+                rows.append(row)
+                latency = f"{row['latency_ms']:.0f} ms" if hits else "MISSED"
+                print(f"{who} RT60 {rt60} {phrase!r} +{snr:.0f} dB at {t_person:.2f} s: "
+                      f"{latency}, prompt {row['text_prompt']!r}, "
+                      f"no prompt {row['text_no_prompt']!r}", flush=True)
+    return rows
+
+
+def table(quiet_res: dict, rows: list[dict], react_ms: float) -> str:
+    q = quiet_res
+    out = ["| nobody speaking | robot speech | barge-ins | per minute | onsets | transcripts |",
+           "|---|---|---|---|---|---|",
+           f"| 0.3 s tail, -45/-40/-35 dBFS | {q['robot_speech_min']:.1f} min | {q['barge_ins']} | "
+           f"{q['barge_ins_per_min']:.2f} | {q['onsets']} | {q['transcripts']} |", "",
+           "| person | room | n | detected | onset -> silent p50 / p90 (ms) | key word, prompt | no prompt | "
+           "said alone | prompt words not said, prompt / no prompt | false onsets before |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    cells = [*sorted({(r["person"], r["rt60_s"]) for r in rows}), ("all", None)]
+    for who, rt60 in cells:
+        rs = [r for r in rows if who == "all" or (r["person"], r["rt60_s"]) == (who, rt60)]
+        lat = np.array([r["latency_ms"] + react_ms for r in rs if r["detected"]])
+        p = (f"{np.percentile(lat, 50):.0f} / {np.percentile(lat, 90):.0f}" if len(lat) else "-")
+        out.append(f"| {who} | {'all' if rt60 is None else ('dry' if rt60 == 0 else f'RT60 {rt60} s')} | {len(rs)} | "
+                   f"{sum(r['detected'] for r in rs)} | {p} | {sum(r['key_prompt'] for r in rs)} | "
+                   f"{sum(r['key_no_prompt'] for r in rs)} | {sum(r['key_alone'] for r in rs)} | "
+                   f"{sum(bool(r['extra_prompt']) for r in rs)} / "
+                   f"{sum(bool(r['extra_no_prompt']) for r in rs)} | {sum(r['false_before'] for r in rs)} |")
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rooms", type=float, nargs="+", default=[0.0, 0.4], help="RT60s in seconds")
-    ap.add_argument("--offsets", type=float, nargs=3, default=[1.0, 4.0, 0.1], help="person starts: from to step")
-    ap.add_argument("--react-ms", type=float, default=20.0)
+    ap.add_argument("--quiet-minutes", type=float, default=5.0, help="minutes of robot speech with nobody speaking")
+    ap.add_argument("--per-cell", type=int, default=8, help="interruptions per person voice and room")
+    ap.add_argument("--react-ms", type=float, default=20.0, help="barge-in -> playback stopped (one 20 ms block)")
+    ap.add_argument("--gate", choices=["new", "old"], default="new")
+    ap.add_argument("--echo", nargs="*", default=[], metavar="KEY=VALUE", help="echo config overrides")
     ap.add_argument("--out", default="docs/bench_barge_in_asr.json")
     args = ap.parse_args()
-    tts = {"piper": PiperTts(), "espeak": EspeakTts()}
-    robot = voice(tts["piper"], ROBOT)
+    overrides = dict(kv.split("=", 1) for kv in args.echo)
+    cfg = RecognizerConfig(echo=EchoConfig(**(OLD_ECHO if args.gate == "old" else {}), **overrides))
+    piper = PiperTts()
+    robot = [voice_clip(piper, t) for t in REPLY_TEXTS]
+    espeak = EspeakTts()
+    clips = [voice_clip(piper if i % 2 == 0 else espeak, t) for i, t in enumerate(BABBLE_TEXTS)]
+    persons = {who: EspeakTts(v) for who, v in PERSONS.items()}
     asr, vad = Transcriber(AsrConfig()), SileroVad()
-    offsets = np.arange(args.offsets[0], args.offsets[1] + 1e-9, args.offsets[2])
-    rows = []
-    for rt60 in args.rooms:
-        h = room_response(rt60)
-        for phrase, key in PHRASES.items():
-            person = voice(tts["espeak"], phrase)
-            person = 0.9 * person / np.abs(person).max()     # as loud at the mic as the robot is played
-            counts = {"raw": [0, 0, []], "suppressed": [0, 0, []]}
-            for tp in offsets:
-                turn = barge_in_turn(vad, robot, person, float(tp), h, args.react_ms / 1000)
-                if turn is None:
-                    continue
-                audio, t0, path, sup = turn
-                tic = time.perf_counter()
-                cleaned = sup.suppress(audio, t0, *path)
-                t_sup = time.perf_counter() - tic
-                for name, x in (("raw", audio), ("suppressed", cleaned)):
-                    text = asr.transcribe(x)
-                    c = counts[name]
-                    c[0] += key in text.lower()
-                    c[1] += not text
-                    c[2].append(text)
-                print(f"RT60 {rt60:.1f} {phrase!r} at {tp:.1f} s: raw {counts['raw'][2][-1]!r}, suppressed "
-                      f"{counts['suppressed'][2][-1]!r} ({1e3 * t_sup:.1f} ms)", flush=True)
-            n = len(counts["raw"][2])
-            rows.append({"rt60_s": rt60, "phrase": phrase, "key": key, "turns": n,
-                         **{f"{k}_{m}": v[i] for k, v in counts.items() for i, m in ((0, "key_heard"), (1, "empty"))},
-                         "transcripts": {k: v[2] for k, v in counts.items()}})
-    print("\n| RT60 | phrase | turns | key word heard, raw | suppressed | empty, raw | suppressed |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['rt60_s']:.1f} s | {r['phrase']} | {r['turns']} | {r['raw_key_heard']} | "
-              f"{r['suppressed_key_heard']} | {r['raw_empty']} | {r['suppressed_empty']} |")
-    Path(args.out).write_text(json.dumps({"machine": platform.processor() or platform.machine(),
-                                          "react_ms": args.react_ms, "rows": rows}, indent=1))
+    tic = time.perf_counter()
+    q = quiet(args, cfg, vad, asr, robot, clips) if args.quiet_minutes > 0 else {
+        "robot_speech_min": 0.0, "barge_ins": 0, "barge_ins_per_min": 0.0, "onsets": 0, "transcripts": 0, "texts": []}
+    rows = interruptions(args, cfg, vad, asr, robot, clips, persons) if args.per_cell > 0 else []
+    print(f"\ngate {args.gate} {overrides}, {time.perf_counter() - tic:.0f} s\n")
+    print(table(q, rows, args.react_ms))
+    Path(args.out).write_text(json.dumps({"machine": platform.processor() or platform.machine(), "gate": args.gate,
+                                          "echo": cfg.echo.model_dump(), "react_ms": args.react_ms, "quiet": q,
+                                          "interruptions": rows}, indent=1))
 
 
 if __name__ == "__main__":

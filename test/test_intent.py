@@ -13,7 +13,7 @@ import torch
 from bolt_ros.assistant.backend import TextDelta
 from bolt_ros.assistant.config import IntentConfig, from_ros_parameters, load_params_file
 from bolt_ros.assistant.conversation import Conversation, TurnRecord
-from bolt_ros.assistant.intent import REPEAT, REVERSE, TALK, IntentClassifier
+from bolt_ros.assistant.intent import REPEAT, REVERSE, TALK, IntentClassifier, resolve_target
 from bolt_ros.assistant.scripted import ScriptedBackend
 from bolt_ros.assistant.tool_loop import ToolLoop
 from bolt_ros.assistant.tools import ToolOutcome
@@ -103,6 +103,25 @@ def test_decisions_on_clear_cases(classifier, tools, utterance, last, label, cal
     assert d.label == label, (utterance, sorted(d.probs.items(), key=lambda x: -x[1])[:3])
     assert (d.call.name if d.call else None) == call
     assert d.call is None or d.call.arguments == {}
+
+
+def test_a_correction_goes_where_it_names_not_the_other_way(classifier, tools):
+    # "No, turn left." over the robot came back "No turn left." from the ASR, and the classifier scores look_right
+    # highest for it (0.34; look_left 0.29, reverse 0.15): before resolve_target the head turned right (issue 36),
+    # which is this loop's negative control
+    for last in ("look_left", "look_right", None):
+        d = classifier.decide("No turn left.", tools, last)
+        assert d.call is not None and d.call.name == "look_left", (last, d.label, d.probs)
+    opposite = {"look_left": "look_right", "look_right": "look_left", "look_up": "look_down", "look_down": "look_up"}
+    assert resolve_target(REVERSE, "No, turn left.", "look_left", opposite) == "look_left"
+    assert resolve_target("look_down", "No, look up!", None, opposite) == "look_up"
+    # no direction named: reverse is still the other way, and a move is still itself
+    assert resolve_target(REVERSE, "Now the other way.", "look_left", opposite) == "look_right"
+    assert resolve_target("look_right", "Look over there.", None, opposite) == "look_right"
+    # two directions named, or a move with no opposite: the classifier's choice stands
+    assert resolve_target(REVERSE, "Left, then right.", "look_left", opposite) == "look_right"
+    assert resolve_target("dance", "Dance to the left.", None, opposite) == "dance"
+    assert resolve_target(REPEAT, "Again!", "nod", opposite) == "nod"
 
 
 def test_examples_for_missing_tools_are_left_out_and_aliases_checked(engine, tools):

@@ -4,8 +4,11 @@ the person speaking over the robot's own voice (through a simulated echo path) s
 garbage audio gives errors or nothing, and the nodes keep working."""
 from __future__ import annotations
 
+import itertools
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +23,9 @@ from bolt_ros.voice.words import word_errors, words
 
 pytest.importorskip("faster_whisper", reason="the voice stack: bash scripts/setup_voice.sh")
 from bolt_ros.msg import AudioChunk, AudioEvent
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import voice_room
 
 LOOK = {"name": "move_head", "arguments": {"yaw": 30, "pitch": 0, "duration": 0.5}}
 SCRIPT = [
@@ -85,6 +91,13 @@ def test_a_spoken_request_moves_the_robot_and_its_spoken_reply_says_what_it_wrot
     wait_for(lambda: len(probe.spoken()) >= 2, timeout=20, what="the spoken reply")
     wait_for(lambda: abs(probe.head_yaw() - np.radians(30)) < 0.01, what="head_yaw at 30 deg")
     wait_for(lambda: len(voice.of(AudioEvent.PLAYBACK_END)) >= 2, timeout=30, what="both sentences played")
+    # audio/out on one clock, as a speaker driver plays it: each block starts where the one before it ends, or
+    # (a new utterance after a pause, or an underrun) more than a block later; never a fraction of a block late
+    # (the old stamps: ~80 % of blocks ~0.5 ms late, issue 36). 2 us: the stamps' nanosecond rounding, summed
+    spans = [(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9, len(m.data) / m.sample_rate) for m in voice.played]
+    gaps = [b[0] - (a[0] + a[1]) for a, b in itertools.pairwise(spans)]
+    block_s = SynthesizerConfig().block_ms / 1000
+    assert all(abs(g) < 2e-6 or g > block_s for g in gaps), [round(g * 1e3, 3) for g in gaps if abs(g) >= 2e-6]
     heard = models["asr"].transcribe(voice.played_audio())
     assert word_errors(" ".join(probe.spoken()), heard) <= 2, (probe.spoken(), heard)
     # the turn's latency stages were published, in their order
@@ -95,13 +108,18 @@ def test_a_spoken_request_moves_the_robot_and_its_spoken_reply_says_what_it_wrot
 
 
 class Room:
-    """The air between the robot's speaker and its mic: audio/out comes back on audio/in delayed and attenuated,
-    with a person's voice mixed in when `say` is called. Runs in real time in 32 ms blocks."""
+    """The air between the robot's speaker and its mic: audio/out comes back on audio/in delayed and attenuated
+    (through bench/voice_room.py's path, with its reverberant tail), over the room's `noise`, with a person's voice
+    mixed in when `say` is called. Runs in real time in 32 ms blocks."""
 
-    def __init__(self, probe: VoiceProbe, delay_s: float = 0.12, gain: float = 0.35):
-        self.probe, self.delay_s, self.gain = probe, delay_s, gain
+    def __init__(self, probe: VoiceProbe, delay_s: float = 0.12, gain: float = 0.35, rt60: float = 0.0,
+                 noise: np.ndarray | None = None):
+        self.probe, self.delay_s = probe, delay_s
+        self.h = voice_room.Room(delay_s, gain, rt60).response()
         self.t0 = time.time()
         self.buf = np.zeros(120 * MODEL_RATE, np.float32)    # the room's sound from t0 on
+        if noise is not None:
+            self.buf[:len(noise)] += noise[:len(self.buf)]
         self._seen = 0
         self.stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
@@ -126,7 +144,7 @@ class Room:
         while not self.stop.is_set():
             for m in self.probe.played[self._seen:]:             # echo of what was played
                 x = resample(to_float(Pcm(np.frombuffer(m.data, dtype=np.int16), m.sample_rate)), m.sample_rate)
-                self.add(x, m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 + self.delay_s, self.gain)
+                self.add(np.convolve(x, self.h), m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 + self.delay_s, 1.0)
             self._seen = len(self.probe.played)
             if (wait := t + block / MODEL_RATE + 0.03 - time.time()) > 0:   # 30 ms capture latency
                 time.sleep(wait)
@@ -145,12 +163,17 @@ def test_speaking_over_the_robot_stops_its_speech_generation_and_motion(ros, mod
     probe.node.create_subscription(GoalStatusArray, "play_animation/_action/status",
                                    lambda m: statuses.extend(s.status for s in m.status_list), 50)
     _, synth = voice_nodes(ros, models)
-    room = Room(voice)
+    # the issue-36 room: pink noise and babble at -41 dBFS, a 0.3 s reverberant tail under the echo; the mic hears it
+    # from before the robot speaks (the gate learns the room's level there)
+    clips = [voice_room.voice_clip(models["piper" if i % 2 else "espeak"], t)
+             for i, t in enumerate(voice_room.BABBLE_TEXTS)]
+    room = Room(voice, rt60=0.3, noise=voice_room.room_noise(120 * MODEL_RATE, -41.0, np.random.default_rng(7), clips))
     try:
+        time.sleep(1.5)
         probe.say("Dance for me")
         wait_for(lambda: voice.of(AudioEvent.PLAYBACK_START), timeout=20, what="the robot speaking")
         wait_for(lambda: GoalStatus.STATUS_EXECUTING in statuses, what="the dance running")
-        time.sleep(1.0)   # the robot talks, the mic hears it: its own voice is no barge-in
+        time.sleep(2.0)   # the robot talks over the room, the mic hears it: its own voice is no barge-in
         assert not voice.of(AudioEvent.BARGE_IN) and not voice.of(AudioEvent.SPEECH_START)
         person = speech(models, "espeak", "Stop, please.")
         t_person = room.say(0.9 * person / np.abs(person).max())   # as loud at the mic as the robot is played

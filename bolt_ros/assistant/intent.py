@@ -22,6 +22,7 @@ bench/bench_conversation.py and both held-out sets (docs/conversation.md).
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -149,12 +150,22 @@ class IntentClassifier:
             # product of experts over act / talk: no weight, no threshold
             if by_name[label] * confirm[YES] <= by_name[TALK] * confirm[NO]:
                 label, vetoed = TALK, label
-        target = label
-        if label == REPEAT:
-            target = last_move
-        elif label == REVERSE:
-            target = self._opposite.get(last_move or "")
+        target = resolve_target(label, utterance, last_move, self._opposite)
         call = None
         if target is not None and target != TALK and target in by_name:
             call = ToolCallRequest(f"intent_{next(self._ids)}", target, {})
         return Decision(label, by_name[label], call, by_name, p_request, vetoed)
+
+
+def resolve_target(label: str, utterance: str, last_move: str | None, opposite: dict[str, str]) -> str | None:
+    """The move a label asks for: repeat is the last move, reverse its opposite. But a direction the person names is
+    their own: "No, turn left." spoken over the robot came back from the ASR as "No turn left.", the classifier
+    scored look_right highest (0.34; look_left 0.29, reverse 0.15) and the head turned right (issue 36). So when the
+    utterance names exactly one move of an opposite pair by its word (look_left: "left"), a reverse, or that move's
+    opposite, is that move."""
+    target = {REPEAT: last_move, REVERSE: opposite.get(last_move or "")}.get(label, label)
+    said = set(re.findall(r"[a-z]+", utterance.lower()))
+    named = [m for m in opposite if m.rsplit("_", 1)[-1] in said]
+    if len(named) == 1 and (label == REVERSE or opposite.get(label) == named[0]):
+        return named[0]
+    return target

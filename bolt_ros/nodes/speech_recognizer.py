@@ -58,6 +58,7 @@ class SpeechRecognizer(Node):
         self._queued_s = 0.0
         self._asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
         self._spec: Future | None = None       # the speculative ASR of the current turn, started at its pause
+        self._prompt = True                    # the current turn's ASR gets the vocabulary prompt (not a barge-in)
         self._turns_in_asr = 0                 # ended turns whose transcript is not out yet
         self._feeding = False                  # the audio thread is on a block
         self.counts = {"blocks": 0, "transcripts": 0, "empty": 0, "barge_ins": 0, "bad_blocks": 0, "dropped_s": 0.0}
@@ -148,30 +149,33 @@ class SpeechRecognizer(Node):
     def _on_segment_event(self, ev) -> None:
         if isinstance(ev, Onset):
             self._event(AudioEvent.SPEECH_START, audio_time=ev.t_start)
-            if self.config.barge_in and self.gate.robot_speaking(ev.t_start):
+            barge_in = self.config.barge_in and self.gate.robot_speaking(ev.t_start)
+            self._prompt = not barge_in or self.config.asr.vocabulary_on_barge_in
+            if barge_in:
                 self.counts["barge_ins"] += 1
                 self._barge_pub.publish(String(data="speech onset"))   # first: the stop must not wait
                 self._event(AudioEvent.BARGE_IN, audio_time=ev.t_start)
                 self.get_logger().info("barge-in: the person speaks over the robot")
         elif isinstance(ev, Pause):
-            self._spec = self._asr_pool.submit(self._transcribe, ev.audio, ev.t_end)
+            self._spec = self._asr_pool.submit(self._transcribe, ev.audio, ev.t_end, self._prompt)
         elif isinstance(ev, Resume):
             if self._spec is not None:
                 self._spec.cancel()   # stale: the person went on
                 self._spec = None
         elif isinstance(ev, EndOfTurn):
             self._event(AudioEvent.SPEECH_END, audio_time=ev.t_end_of_speech)
-            fut, self._spec = self._spec or self._asr_pool.submit(self._transcribe, ev.audio, ev.t_decision), None
+            fut, self._spec = (self._spec or self._asr_pool.submit(self._transcribe, ev.audio, ev.t_decision,
+                                                                   self._prompt)), None
             seconds = len(ev.audio) / 16000
             self._turns_in_asr += 1
             fut.add_done_callback(lambda f: self._publish_transcript(f, seconds))
 
-    def _transcribe(self, audio: np.ndarray, t_end: float) -> str:
+    def _transcribe(self, audio: np.ndarray, t_end: float, prompt: bool) -> str:
         """The ASR thread: a turn's audio (ending at t_end) with the robot's voice taken out, to words."""
         cfg = self.config.echo
         if cfg.enabled and cfg.suppress:
             audio = self.suppressor.suppress(audio, t_end - len(audio) / MODEL_RATE, *self.gate.path())
-        return self.asr.transcribe(audio)
+        return self.asr.transcribe(audio, prompt=prompt)
 
     def busy(self) -> bool:
         """Audio waiting, a turn in progress, or a turn's transcript not out yet."""

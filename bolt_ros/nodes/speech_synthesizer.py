@@ -72,7 +72,8 @@ class SpeechSynthesizer(Node):
         self._turn: TurnTimes | None = None
         self._say: queue.Queue[tuple[int, str]] = queue.Queue()
         self._play: queue.Queue[tuple[int, str, Pcm]] = queue.Queue(maxsize=2)  # synthesize at most 2 ahead
-        self.counts = {"sentences": 0, "played": 0, "stopped": 0, "dropped": 0}
+        self.counts = {"sentences": 0, "played": 0, "stopped": 0, "dropped": 0, "underruns": 0}
+        self._clock = float("-inf")         # where the last played block ends, on the playback clock
         self.stopped_at: list[float] = []   # when each stop request came (bench: stop latency)
         self._loops = [NodeLoop(self._synthesize_loop, "tts-synth").start(),
                        NodeLoop(self._play_loop, "tts-play").start()]
@@ -196,7 +197,14 @@ class SpeechSynthesizer(Node):
     def _play_sentence(self, epoch: int, text: str, pcm: Pcm, stopping) -> None:
         n = max(1, int(pcm.rate * self.config.block_ms / 1000))
         s = pcm.samples
-        t_next = time.time()
+        # One clock per utterance: each block is stamped where the one before it ends, as a speaker driver plays
+        # them, back to back. Stamping "the later of the schedule and now" put ~80 % of the blocks ~0.5 ms late and
+        # drifted ~175 ms from what a driver plays over a 7 s reply (issue 36), and the echo gate aligns by these
+        # stamps. A sentence that comes while the one before still plays goes on its clock; one after a gap
+        # starts a new one. A block later than a driver's one block of buffer is an underrun: the driver ran dry
+        # and plays it when it comes, so the clock starts again there, and the underrun is counted.
+        slack = self.config.block_ms / 1000
+        t_next = self._clock if time.time() - self._clock <= slack else time.time()
         self._event(AudioEvent.PLAYBACK_START, text)
         for i in range(0, len(s), n):
             if stopping.is_set() or not self._current(epoch):
@@ -206,13 +214,18 @@ class SpeechSynthesizer(Node):
                     self.speaker.stop()
                 return
             block = s[i:i + n]
-            t_next = max(t_next, time.time())
+            if (now := time.time()) - t_next > slack:
+                self.counts["underruns"] += 1
+                self.get_logger().warning(f"playback underrun: a block {1e3 * (now - t_next):.0f} ms late",
+                                          throttle_duration_sec=5.0)
+                t_next = now
             self._playback_pub.publish(chunk_msg(block, pcm.rate, t_next))
             if i == 0:
                 self._first_audio(t_next)
             if self.speaker is not None:
                 self.speaker.write(block)        # blocks while the device buffer is full: the pace
             t_next += len(block) / pcm.rate
+            self._clock = t_next
             if self.speaker is None and (wait := t_next - time.time()) > 0:
                 stopping.wait(wait)              # the robot's speaker plays at this pace
         self.counts["played"] += 1

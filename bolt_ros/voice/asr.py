@@ -33,26 +33,28 @@ class Transcriber:
                                   cpu_threads=cfg.cpu_threads)
         self._lock = threading.Lock()   # one transcription at a time: the model's threads are the CPU budget
 
-    def transcribe(self, audio: np.ndarray) -> str:
-        """16 kHz mono float32 -> the words, or "" when there are none the model believes."""
+    def transcribe(self, audio: np.ndarray, prompt: bool = True) -> str:
+        """16 kHz mono float32 -> the words, or "" when there are none the model believes. prompt=False: without
+        the vocabulary prompt (a barge-in's turn, asr.vocabulary_on_barge_in)."""
         if audio.ndim != 1 or len(audio) < MIN_SECONDS * MODEL_RATE:
             return ""
-        kept, unsure = self._decode(audio, self.cfg.beam_size)
+        prompt_text = self.cfg.vocabulary if prompt else ""
+        kept, unsure = self._decode(audio, self.cfg.beam_size, prompt_text)
         if not kept and unsure and self.cfg.retry_beam_size > self.cfg.beam_size:
             # Greedy decoding goes astray on speech over an echo (a barge-in: "Stop, please." came out as
             # "I'm gonna please" and was dropped as unsure); a beam finds the likelier reading. Only unsure passes
             # pay for it, so the usual turn keeps its greedy latency.
-            kept, _ = self._decode(audio, self.cfg.retry_beam_size)
+            kept, _ = self._decode(audio, self.cfg.retry_beam_size, prompt_text)
         text = clean_text(" ".join(kept))
         return text if any(c.isalnum() for c in text) else ""
 
-    def _decode(self, audio: np.ndarray, beam_size: int) -> tuple[list[str], bool]:
+    def _decode(self, audio: np.ndarray, beam_size: int, prompt: str) -> tuple[list[str], bool]:
         """The segments the model believes, and whether any were dropped only for being unsure (not silence)."""
         with self._lock:
             segments = list(self.model.transcribe(
                 audio.astype(np.float32, copy=False), language=self.cfg.language, beam_size=beam_size,
                 vad_filter=False, condition_on_previous_text=False, without_timestamps=True,
-                initial_prompt=self.cfg.vocabulary or None,
+                initial_prompt=prompt or None,
                 temperature=0.0)[0])   # no temperature fallback re-decodes: a bounded time
         return believed(segments, self.cfg)
 

@@ -12,6 +12,16 @@ loudest reference frame of the last `max_delay_ms + tail_ms`, less `return_loss_
 
 Level gating, not subtraction: it needs no impulse response, holds in reverberant rooms, and a barge-in only has to be
 louder than the robot's echo at that moment, which a person talking to a robot is.
+
+A room is not silent (issue 36). When the echo stops, at a sentence's end or a pause inside one, silero goes on
+scoring the plain room noise as speech for about three frames (0.99, 0.93, 0.71 over -41 dBFS noise), while the
+expected echo falls ~8 dB a frame below the noise: those frames were "not echo", an onset fired, and the robot, still
+speaking by `robot_speaking`, barged in on itself (4 of 4 sentences over room noise, none over digital silence). So
+while the robot's audio is in the air a frame counts as possible speech only when it is `margin_db` above the echo
+*and* the room together (their power sum), where the room's level is a running low quantile of the frames heard with
+no playback (`noise_window_s`, `noise_quantile`: a person's words in that window leave the quantile at their pauses),
+and the expected echo is held over silero's own hangover (`vad_hangover_ms`), so an onset that comes only as the echo
+ends is not a person: only a frame louder than the echo that just stopped starts one.
 """
 from __future__ import annotations
 
@@ -31,6 +41,7 @@ LEARN_EVERY = 16             # ... and re-estimated every 0.5 s
 HISTORY = 160                # frames of mic/reference pairs the estimate looks at (~5 s)
 MIN_CORRELATION = 0.5        # a lag that explains the mic less well than this is no estimate
 ERL_QUANTILE = 0.25          # of (reference - mic) levels: see the module docstring
+MIN_ROOM_FRAMES = 31         # frames with no playback before the room's level is believed (1 s)
 
 
 class EchoGate:
@@ -45,6 +56,9 @@ class EchoGate:
         self._since_fit = 0
         self.lag: int | None = None      # learned delay, frames
         self.erl_db = 0.0                # learned return loss at that delay
+        self._quiet: deque[float] = deque(maxlen=max(1, int(cfg.noise_window_s / FRAME_S)))  # levels, no playback
+        self._since_floor = 0
+        self.noise_floor_db = SILENT_DB  # the room with nobody and no robot in it (SILENT_DB: not known yet)
 
     # ---- the reference ---------------------------------------------------------------------------------------
     def add_reference(self, x: np.ndarray, t_start: float) -> None:
@@ -68,14 +82,34 @@ class EchoGate:
 
     # ---- the mic ---------------------------------------------------------------------------------------------
     def is_echo(self, frame: np.ndarray, t_end: float) -> bool:
-        """True when the frame can be explained by the robot's own voice (so it must not count as speech)."""
-        if not self.cfg.enabled or not self.robot_speaking(t_end):
+        """True when the frame can be explained by the robot's own voice or the room's noise (so it must not count
+        as speech)."""
+        if not self.cfg.enabled:
             return False
         level, k = level_db(frame), _frame(t_end)
+        room = self.noise_floor_db + self.cfg.noise_margin_db if self.noise_floor_db > SILENT_DB else SILENT_DB
+        if not self.robot_speaking(t_end):
+            self._hear_room(level)
+            return room > SILENT_DB and level < room
         with self._lock:
             self._learn(k, level)
-            expected = self._expected(k)
-        return expected > SILENT_DB and level < expected + self.cfg.margin_db
+            expected = max(self._expected(j) for j in range(k - self._hangover, k + 1))
+        bar = _power_sum(expected + self.cfg.margin_db if expected > SILENT_DB else SILENT_DB, room)
+        return bar > SILENT_DB and level < bar
+
+    @property
+    def _hangover(self) -> int:
+        return round(self.cfg.vad_hangover_ms / 1000 / FRAME_S)
+
+    def _hear_room(self, level: float) -> None:
+        """A frame with no playback in the air: the room's level (or a person, whose pauses the quantile finds)."""
+        if self.cfg.noise_window_s <= 0:
+            return
+        self._quiet.append(level)
+        self._since_floor += 1
+        if len(self._quiet) >= MIN_ROOM_FRAMES and self._since_floor >= LEARN_EVERY:
+            self._since_floor = 0
+            self.noise_floor_db = float(np.quantile(self._quiet, self.cfg.noise_quantile))
 
     def path(self) -> tuple[int | None, float]:
         """The learned delay (frames; None: not learned) and return loss (dB), read together."""
@@ -124,6 +158,13 @@ class EchoGate:
                 best = (r, lag, float(np.quantile(ref[live] - mic[live], ERL_QUANTILE)))
         _, self.lag, erl = best
         self.erl_db = max(0.0, erl)
+
+
+def _power_sum(a_db: float, b_db: float) -> float:
+    """The level of two uncorrelated sounds together (the echo and the room add as powers)."""
+    if min(a_db, b_db) <= SILENT_DB:
+        return max(a_db, b_db)
+    return float(10 * np.log10(10 ** (a_db / 10) + 10 ** (b_db / 10)))
 
 
 def _frame(t: float) -> int:
