@@ -1,6 +1,7 @@
-"""The Reachy Mini backend without ROS: pose conversion, the safety envelope, the dances in our limits, our
-config against the SDK's MJCF (MuJoCo's own parser), and the link against the real MuJoCo daemon (read-back,
-a killed daemon noticed)."""
+"""The Reachy Mini backend without ROS: pose conversion, the safety envelope, the robot's reach (the SDK's IK and
+the reachability table against a fresh MuJoCo run), the dances in our limits, our config against the SDK's MJCF
+(MuJoCo's own parser), the link against the real MuJoCo daemon (read-back, a killed daemon noticed), and a port
+someone else's daemon holds: named, never taken, never connected to."""
 from __future__ import annotations
 
 import math
@@ -168,3 +169,57 @@ def test_gazebo_launch_controls_the_urdf_joints_in_config_order():
     assert robot.find("gazebo/plugin/parameters").text == "/x/gz_controllers.yaml"
     controllers = yaml.safe_load((root / "config" / "gz_controllers.yaml").read_text())
     assert controllers["position_controller"]["ros__parameters"]["joints"] == list(JOINT_NAMES)
+
+
+def test_reach_refuses_what_the_simulated_head_does_not_reach_and_the_table_is_reproducible():
+    """The table is what MuJoCo does with the SDK's MJCF and IK (recomputed here at 5 grid poses: the physics is
+    deterministic, so within the table's 0.01 deg rounding). Negative control: the IK alone accepts yaw 65 deg (every
+    Stewart motor inside its range), where the daemon's head ended 4.5 deg short 1.5 s later; the table refuses it."""
+    from bolt_ros.robot.reachy_mini.reach import RPY, MujocoHead, Reach
+
+    reach, sim = Reach(), MujocoHead()
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        i, j, k = (int(rng.integers(len(a))) for a in reach.axes)
+        p = pose()
+        p[RPY] = reach.axes[0][i], reach.axes[1][j], reach.axes[2][k]
+        assert sim.miss_deg(p) == pytest.approx(min(reach.table[i, j, k], 1e3), abs=0.02), (i, j, k)
+    assert reach.why_not(pose()) == "" and reach.why_not(pose(head_yaw=0.6, head_pitch=-0.35)) == ""  # look left, up
+    yaw65 = pose(head_yaw=math.radians(65))
+    m = reach.motors(yaw65)
+    assert np.all(np.isfinite(m)) and np.all((m > reach.lower) & (m < reach.upper))  # the IK alone: fine
+    assert "deg short there, by the reach table" in reach.why_not(yaw65)
+    corner = pose(head_roll=0.6, head_pitch=0.6, head_yaw=1.1344, body_yaw=2.7925)
+    assert reach.why_not(corner) == "its head has no kinematic solution there"
+    near = reach.nearest(corner, pose(body_yaw=2.7925))
+    assert reach.reachable(near) and near[JOINT_NAMES.index("body_yaw")] == pytest.approx(2.7925)
+    step = near.copy()
+    step[RPY] += 0.01 * (corner[RPY] - near[RPY]) / np.max(np.abs(corner[RPY] - near[RPY]))
+    assert not reach.reachable(step)  # the edge: 0.01 rad further is out
+
+
+def test_a_port_someone_else_holds_is_named_and_never_taken_or_connected_to(reachy_daemon_factory):
+    from bolt_ros.robot.reachy_mini.daemon import PortTaken, SimDaemon
+    from bolt_ros.robot.reachy_mini.link import ReachyLink
+
+    foreign = reachy_daemon_factory()
+    assert foreign.owns_port()
+    with pytest.raises(PortTaken) as taken:
+        SimDaemon(foreign.port, sleep_on_stop=False).start()
+    assert taken.value.holder.startswith(f"a reachy-mini-daemon (simulated): pid {foreign.proc.pid} ")
+    # the link of a simulator mode connects only where its supervisor says our daemon is: here, nowhere
+    link = ReachyLink(foreign.host, foreign.port, retry_s=0.2, endpoint=lambda: None).start()
+    try:
+        time.sleep(2.0)
+        assert not link.connected and link.generation == 0 and "not running" in link.error
+    finally:
+        link.close()
+    # negative control: the same link told the daemon is there connects within the same time
+    link = ReachyLink(foreign.host, foreign.port, retry_s=0.2, endpoint=lambda: (foreign.host, foreign.port)).start()
+    try:
+        deadline = time.monotonic() + 2.0
+        while not link.connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert link.connected
+    finally:
+        link.close()

@@ -233,7 +233,8 @@ def test_sim_mode_never_drives_a_daemon_it_did_not_start(ros, reachy_daemon_fact
 
     Negative control, today's behaviour: the same steps on 8349c5e (the code before this change, in a git worktree)
     logged "port P is in use (another reachy-mini-daemon?); choose another port", connected to the foreign daemon
-    anyway and the goal "reached": the foreign head went from 0.2 to 34.0 deg of yaw (head_yaw 0.6 rad asked).
+    anyway and the goal "reached": the foreign head went from 0.0 to 34.6 deg of yaw (head_yaw 0.6 rad asked); on
+    this code, from 0.1 to -0.0 deg, our own simulator on another port reaching the goal.
     Tolerance: 0.01 rad (0.6 deg) for "stays where it was": at rest the simulated head moves < 0.1 deg in 5 s."""
     foreign = reachy_daemon_factory()
     before = reachy_mini_fixtures.rest_pose(foreign.port)
