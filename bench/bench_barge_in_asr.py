@@ -109,7 +109,8 @@ def interruptions(args, cfg, vad, asr, robot, clips, persons) -> list[dict]:
                                react_s=args.react_ms / 1000, cfg=cfg)
                 hits = [o for o in heard.barge_ins() if o[0] >= t_person]
                 row = {"person": who, "rt60_s": rt60, "phrase": phrase, "snr_db": snr, "t_person": t_person,
-                       "false_before": len([o for o in heard.onsets if o[0] < t_person]),
+                       "false_before": len([o for o in heard.barge_ins() if o[0] < t_person]),
+                       "onsets_before": [round(o[1], 3) for o in heard.onsets if o[0] < t_person],
                        "detected": bool(hits), "latency_ms": 1e3 * (hits[0][0] - t_person) if hits else None}
                 turn = next((t for t in heard.turns if t.barge_in), None)
                 # the turn with the robot's voice taken out, by whisper with the prompt and without; and the
@@ -139,7 +140,7 @@ def table(quiet_res: dict, rows: list[dict], react_ms: float) -> str:
            f"| 0.3 s tail, -45/-40/-35 dBFS | {q['robot_speech_min']:.1f} min | {q['barge_ins']} | "
            f"{q['barge_ins_per_min']:.2f} | {q['onsets']} | {q['transcripts']} |", "",
            "| person | room | n | detected | onset -> silent p50 / p90 (ms) | key word, prompt | no prompt | "
-           "said alone | prompt words not said, prompt / no prompt | false onsets before |",
+           "said alone | prompt words not said, prompt / no prompt | false barge-ins before the person |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     cells = [*sorted({(r["person"], r["rt60_s"]) for r in rows}), ("all", None)]
     for who, rt60 in cells:
