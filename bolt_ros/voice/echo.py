@@ -17,11 +17,12 @@ A room is not silent (issue 36). When the echo stops, at a sentence's end or a p
 scoring the plain room noise as speech for about three frames (0.99, 0.93, 0.71 over -41 dBFS noise), while the
 expected echo falls ~8 dB a frame below the noise: those frames were "not echo", an onset fired, and the robot, still
 speaking by `robot_speaking`, barged in on itself (4 of 4 sentences over room noise, none over digital silence). So
-while the robot's audio is in the air a frame counts as possible speech only when it is `margin_db` above the echo
-*and* the room together (their power sum), where the room's level is a running low quantile of the frames heard with
-no playback (`noise_window_s`, `noise_quantile`: a person's words in that window leave the quantile at their pauses),
-and the expected echo is held over silero's own hangover (`vad_hangover_ms`), so an onset that comes only as the echo
-ends is not a person: only a frame louder than the echo that just stopped starts one.
+the gate knows the room's level: a running low quantile of the frames heard with no playback (`noise_window_s`,
+`noise_quantile`: a person's words in that window leave the quantile at their pauses). A frame is possible speech
+only `noise_margin_db` above the room, and while the robot's audio is in the air above the power sum of that and
+the expected echo plus `margin_db`: the frames after the echo ends, at the room's level, start no onset whatever
+silero says of them, and an onset that comes only as the echo ends is not a person. `vad_hangover_ms` can also
+hold the expected echo after it falls; with the room's level in, it only cost detections (bench_barge_in_asr.py).
 """
 from __future__ import annotations
 
