@@ -9,14 +9,20 @@
 - `replay`: the recognizer's own parts (silero, the echo gate, the turn segmenter) frame by frame over such a mic,
   with the reference arriving in the synthesizer's 20 ms blocks as they play, and the playback cut `react_s` after a
   barge-in (the synthesizer stops at its next block).
+- `LiveRoom`, and this file run as a program: the room in real time, as a robot's audio driver meets it: what the
+  robot plays on `audio/out` comes back on `audio/in` through the path, over the noise (the voice node tests; and
+  `python bench/voice_room.py` beside `make run ARGS="voice:=true audio:=topic"`: the robot in a noisy room).
 """
 from __future__ import annotations
 
+import argparse
+import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from bolt_ros.voice.audio import MODEL_RATE, level_db, resample, to_float
+from bolt_ros.voice.audio import MODEL_RATE, Pcm, level_db, resample, to_float, to_int16
 from bolt_ros.voice.config import RecognizerConfig
 from bolt_ros.voice.echo import EchoGate
 from bolt_ros.voice.echo_suppress import EchoSuppressor
@@ -203,3 +209,95 @@ def _timeline(blocks: list[tuple[int, np.ndarray]], n: int) -> np.ndarray:
         x = x[:max(0, n - i)]
         played[i:i + len(x)] = x
     return played
+
+
+class LiveRoom:
+    """The room in real time on a node: the audio/out blocks come back on audio/in through `room`'s path (placed by
+    their play-time stamps), over `noise` (from now on), in 32 ms blocks stamped with their capture time and sent
+    30 ms later (a driver's capture latency); `say` mixes a person's voice in."""
+
+    def __init__(self, node, room: Room, noise: np.ndarray | None = None, seconds: float = 120.0,
+                 playback: str = "audio/out", audio_in: str = "audio/in"):
+        from bolt_ros.msg import AudioChunk
+        self.h, self.delay_s = room.response(), room.delay_s
+        self.t0 = time.time()
+        self.buf = np.zeros(int(seconds * MODEL_RATE), np.float32)    # the room's sound from t0 on
+        if noise is not None:
+            self.buf[:len(noise)] += noise[:len(self.buf)]
+        self._played: list = []
+        node.create_subscription(AudioChunk, playback, self._played.append, 500)
+        self.mic = node.create_publisher(AudioChunk, audio_in, 200)
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def add(self, x: np.ndarray, t: float) -> None:
+        i = int((t - self.t0) * MODEL_RATE)
+        n = min(len(x), len(self.buf) - i)
+        if i >= 0 and n > 0:
+            self.buf[i:i + n] += x[:n]
+
+    def say(self, x: np.ndarray, in_s: float = 0.1) -> float:
+        """A person's voice (16 kHz, as loud as it reaches the mic) from in_s from now; its start time."""
+        t = time.time() + in_s
+        self.add(x, t)
+        return t
+
+    def _run(self) -> None:
+        from bolt_ros.nodes.speech_common import chunk_msg, from_stamp
+        block, t, seen = 512, self.t0, 0
+        while not self.stop.is_set() and t + block / MODEL_RATE < self.t0 + len(self.buf) / MODEL_RATE:
+            for m in self._played[seen:]:                                  # the echo of what was played
+                x = resample(to_float(Pcm(np.frombuffer(m.data, dtype=np.int16), m.sample_rate)), m.sample_rate)
+                self.add(fft_convolve(x, self.h), from_stamp(m.header.stamp) + self.delay_s)
+            seen = len(self._played)
+            if (wait := t + block / MODEL_RATE + 0.03 - time.time()) > 0:
+                time.sleep(wait)
+            i = int((t - self.t0) * MODEL_RATE)
+            self.mic.publish(chunk_msg(to_int16(self.buf[i:i + block]), MODEL_RATE, t))
+            t += block / MODEL_RATE
+
+
+def main() -> None:
+    """The robot's audio driver in a noisy room, for `make run ARGS="voice:=true audio:=topic"`: counts the
+    barge-ins and transcripts while it runs (nobody speaks in this room)."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--noise-dbfs", type=float, default=-41.0)
+    ap.add_argument("--rt60", type=float, default=0.3)
+    args = ap.parse_args()
+    import rclpy
+    from bolt_ros.msg import AudioChunk
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from std_msgs.msg import String
+
+    from bolt_ros.nodes.common import spin_once
+    from bolt_ros.voice.tts import EspeakTts, PiperTts
+    piper, espeak = PiperTts(), EspeakTts()
+    clips = [voice_clip(piper if i % 2 == 0 else espeak, t) for i, t in enumerate(BABBLE_TEXTS)]
+    noise = room_noise(int(args.seconds * MODEL_RATE), args.noise_dbfs, np.random.default_rng(0), clips)
+    rclpy.init()
+    node = Node("noisy_room")
+    barge_ins, transcripts, played = [], [], []
+    node.create_subscription(String, "speech/barge_in", barge_ins.append, 10)
+    node.create_subscription(String, "speech/transcript", lambda m: transcripts.append(m.data), 10)
+    node.create_subscription(AudioChunk, "audio/out", lambda m: played.append(len(m.data) / m.sample_rate), 500)
+    room = LiveRoom(node, Room(rt60=args.rt60, noise_dbfs=args.noise_dbfs), noise, args.seconds)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    print(f"noisy room: pink + babble at {args.noise_dbfs:.0f} dBFS, RT60 {args.rt60} s, echo 120 ms / -10 dB, "
+          f"for {args.seconds:.0f} s", flush=True)
+    try:
+        while time.time() < room.t0 + args.seconds:
+            spin_once(executor, 0.1)
+    except KeyboardInterrupt:
+        pass
+    room.stop.set()
+    print(f"the robot played {sum(played):.1f} s of audio; barge-ins {len(barge_ins)}; transcripts {transcripts}",
+          flush=True)
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
