@@ -12,9 +12,9 @@ held in the form its matmul wants; split, each half would need the other's priva
   "int4x2"  two int4 codes per weight, concatenated along K in one kernel call: Q5_0/Q5_1/Q5_K/Q8_0 codes split
             exactly into a low nibble and a high part (q = lo + 16 * hi), so again only scales round to bf16.
   "int8"    torch's int8 weight-only kernel, one scale per output row (requantized: lossy for block types)
-  "blocks"  the GGUF blocks as they are (the mmap view: no copy), multiplied on the CPU by kernels/cpu/gguf_matmul.c: x
-            quantized to int16 per 32 (relative error ~1e-5), int32 dots with the block codes. Needs the C library
-            and a vectorized kernel for the type (AVX2 + F16C + FMA: Q5_0, Q8_0, Q4_K, Q6_K).
+  "blocks"  the GGUF blocks as they are (the mmap view: no copy), multiplied on the CPU by kernels/cpu/q8_matmul.c: x
+            quantized to int8 per block as llama.cpp does (Q8_0 per 32, Q8_K per 256), int32 dots with the codes.
+            Needs the C library and a vectorized kernel for the type (AVX2 + F16C + FMA: Q5_0, Q8_0, Q4_K, Q6_K).
   "gguf"    the GGUF blocks as they are, multiplied by `bolt_ros.kernels.ops.qmatmul_gguf` (fused Triton kernel on
             CUDA, a dequantize + matmul reference elsewhere)
 The int kernels take bf16 activations (their fp32/fp16 paths are unvectorized and 10-100x slower on CPU), so the
@@ -243,24 +243,18 @@ def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy, role: st
         if ggml_type in GGUF_KERNEL_TYPES:
             return "gguf"
         return "bf16" if ggml_type == GGMLType.BF16 else "f32"
-    # The vocab-sized output head dominates a decode step. It only has to *rank* candidates: the ones near the top
-    # get exact logits from the GGUF rows (_refine_top), so a 4-bit copy (half the bytes of int4x2) serves.
+    # The vocab-sized output head dominates a decode step. As its GGUF blocks through the int8 kernel it needs no copy
+    # and no exact refinement: Qwen2.5 0.5B's 151936x896 Q8_0 head, 2 threads, AMD EPYC Zen 5 (AVX-512 VNNI), the
+    # same busy minute: blocks 6.4 ms a step against 10.9 ms for torch's int4 kernel plus ~5 ms of refinement
+    # (nonzero, amax, index); 8 rows 12.6 vs 11.7 ms plus refinement. Where no vectorized kernel exists for the type,
+    # a 4-bit copy ranks candidates and the ones near the top get exact logits from the GGUF rows (_refine_top).
     n_out, n_in = shape
-    if ggml_type in BLOCKS_TYPES and native.gguf_matmul_fast(ggml_type) and (role != "head" or _blocks_head()):
+    if ggml_type in BLOCKS_TYPES and native.gguf_matmul_fast(ggml_type):
         return "blocks"
     scheme = "int4" if role == "head" else FAST_SCHEME[ggml_type]
     if scheme.startswith("int4") and (n_out % 16 or n_in % GROUP):  # the int4 packer needs N % 16 == 0
         scheme = "int8"
     return scheme
-
-
-def _blocks_head() -> bool:
-    """The head as its GGUF blocks rather than a 4-bit copy, on CPUs without AVX-512. There torch's int4 kernel is
-    bound by arithmetic, not by the half as many bytes it reads: Qwen2.5 0.5B's 151936x896 Q8_0 head, 2 threads, AMD
-    EPYC Zen 3, interleaved: 1 row 13.5 ms int4 (+ exact refinement) vs 13.1 ms blocks, 8 rows 50.7 vs 37.5 ms; and
-    the blocks' logits are exact, each verify row the 1-row bits, with no 4-bit copy in memory. With AVX-512 (Zen 4)
-    the 4-bit copy led at 1 row (4.6 ms a step, docs/performance.md)."""
-    return "avx512f" not in native.cpu_flags()
 
 
 _local = threading.local()
