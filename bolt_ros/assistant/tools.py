@@ -127,16 +127,17 @@ class ToolError(Exception):
 # the router: "server ... is not available").
 NOT_CONNECTED = "I can't move right now: my body isn't connected."
 TOO_FAR = "I can't turn that far."
+DID_NOT_WORK = "That move didn't work, sorry."  # any other failure of a goal the robot was sent (a timeout, ...)
 
 
 def failure_line(error: str) -> str:
-    """The sentence for a motion that failed with `error` ("" = none fits: the model reads the error)."""
+    """The sentence for a motion whose goal failed with `error`."""
     if "is not available" in error:
         return NOT_CONNECTED
     if "out of reach" in error or "did not reach the target" in error or ("target refused" in error
                                                                            and "outside" in error):
         return TOO_FAR
-    return ""
+    return DID_NOT_WORK
 
 
 @dataclass

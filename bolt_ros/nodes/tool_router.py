@@ -89,10 +89,11 @@ class ToolRouter:
     # ---- the call path -------------------------------------------------------------------------------------
     def call(self, call: ToolCallRequest, cancel: threading.Event) -> ToolOutcome:
         t0 = time.perf_counter()
-        tool = None
+        tool, sent = None, False
         try:
             tool, args = self.registry.resolve(call)
             fields = tool.request_fields(args)
+            sent = True  # from here on a failure is the robot's, not the call's (bad arguments go back to the model)
             run = self._run_action if tool.spec.kind == "action" else self._run_service
             content = run(tool, fields, cancel, t0)
             done = tool.done_text(args)
@@ -103,9 +104,10 @@ class ToolRouter:
             out = ToolOutcome(call.id, call.name, True, json.dumps(content), done=done,
                               say=tool.say_lines(args, content.get("result", {})), text=text)
         except ToolError as e:
-            # a motion (a tool with lines of its own) that could not be done says why in plain words
-            plain = failure_line(str(e)) if tool is not None and tool.spec.say else ""
-            out = ToolOutcome(call.id, call.name, False, error=str(e), say=[plain] if plain else [])
+            # a motion (a tool with lines of its own) the robot could not do says why in plain words (interrupted:
+            # the turn is over anyway)
+            plain = sent and tool.spec.say and not cancel.is_set()
+            out = ToolOutcome(call.id, call.name, False, error=str(e), say=[failure_line(str(e))] if plain else [])
         except Exception as e:  # a router bug must not take the node down; the model and the log both see it
             out = ToolOutcome(call.id, call.name, False, error=f"internal error: {type(e).__name__}: {e}")
         out.elapsed_ms = (time.perf_counter() - t0) * 1e3
