@@ -1,14 +1,14 @@
 """GGUF block formats the fused kernels read, and their torch reference.
 
 Layouts follow llama.cpp `ggml-common.h` (see gemma-dflash-spec / peers-and-anchors C.1). The reference dequantizer is
-the engine's (bolt_ros.engine.gguf.quants, bit-exact against `gguf.quants.dequantize`; test_kernels checks it).
+kernels/gguf_blocks.py's (bit-exact against `gguf.quants.dequantize`; test_kernels checks it).
 Weights are raw rows: uint8 [N, K / QK * block_bytes].
 """
 from __future__ import annotations
 
 import torch
 
-from bolt_ros.engine.gguf.quants import F16_FIELDS, dequantize_blocks
+from .gguf_blocks import F16_FIELDS, dequantize_blocks
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30
 

@@ -3,7 +3,10 @@
 Tolerances: "exact" is the fp32 GGUF weight (fp32 GEMM rounding only, <= 1e-5 of the output scale). The "fast" int4 /
 int4x2 / bf16 paths round x, y and the per-group scales to bf16 (8 significant bits), so they are held to bf16 level:
 mean |dy| <= 6e-3 * mean |y| and max |dy| <= 2e-2 * max |y| (measured ~3e-3 / ~4e-3; int8 requantization, ~1e-2,
-would fail the mean bound).
+would fail the mean bound). The "blocks" form rounds x to int8 per block as llama.cpp does (step amax/127): for
+Gaussian x the error per element is uniform with rms step/sqrt(12), and a block of 256 (Q8_K, the K-quants) has
+amax ~2.9 sigma, so x and hence y carry a relative rms error of 2.9/127/3.46 = 6.6e-3 (blocks of 32: amax ~2.1 sigma,
+4.8e-3); mean |dy| / mean |y| follows it. Held to 1.2e-2 (measured 7.4e-3 on Q4_K); max |dy| stays at 2e-2.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from bolt_ros.engine.model import linear
 from bolt_ros.engine.model.linear import QuantEmbedding, QuantLinear
 
 MEAN_TOL, MAX_TOL = 6e-3, 2e-2
+MEAN_TOL_INT8 = 1.2e-2  # x rounded to int8 per block (the module docstring)
 REAL = {  # one real tensor per type (Gemma 3 270M, SmolLM2-135M), first 256 output rows
     "Q5_0": ("default", "blk.0.attn_q.weight"),
     "Q8_0": ("default", "blk.0.attn_v.weight"),
@@ -53,7 +57,8 @@ def test_fast_matches_exact_on_real_tensors(real_ggufs, key):
     assert _errors(exact(x), ref)[1] < 1e-5
     for rows in (x[:1], x):  # decode (T=1) and a small block
         mean, mx = _errors(fast(rows), ref[: rows.shape[0]])
-        assert mean < MEAN_TOL and mx < MAX_TOL, (key, fast.scheme, mean, mx)
+        tol = MEAN_TOL_INT8 if fast.scheme == "blocks" else MEAN_TOL
+        assert mean < tol and mx < MAX_TOL, (key, fast.scheme, mean, mx)
 
 
 def test_int8_requant_is_measurably_worse(real_ggufs):

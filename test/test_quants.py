@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from bolt_ros.engine.gguf import quants
 from bolt_ros.engine.gguf.quants import GGML_BLOCK, GGMLType, dequantize, dequantize_rows, random_raw, row_nbytes
 from bolt_ros.engine.gguf.reader import torch_shape
+from bolt_ros.kernels import gguf_blocks
 
 ROWS = 300  # rows sliced out of big real tensors: enough blocks to hit every code, fast to compare
 
@@ -46,7 +46,7 @@ def test_synthetic_blocks_bit_exact(ggml_type):
 
 @pytest.mark.parametrize("ggml_type", [GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K])
 def test_chunked_path_bit_exact(ggml_type, monkeypatch):
-    monkeypatch.setattr(quants, "_CHUNK_BYTES", 3 * GGML_BLOCK[ggml_type][1])  # many chunks, a ragged last one
+    monkeypatch.setattr(gguf_blocks, "_CHUNK_BYTES", 3 * GGML_BLOCK[ggml_type][1])  # many chunks, a ragged last one
     shape = (5, GGML_BLOCK[ggml_type][0] * 4 if GGML_BLOCK[ggml_type][0] > 32 else 320)
     raw = random_raw(ggml_type, shape, seed=1)
     _assert_bits_equal(dequantize(raw, ggml_type, shape), _gguf_ref(raw, ggml_type, shape))

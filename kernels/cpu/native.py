@@ -7,8 +7,8 @@ seconds instead of a minute. Threads: the dequantizer's rows are split across Py
 GIL); the matmul uses OpenMP, whose libgomp.so.1 resolves to the one torch has already loaded (one pool for both).
 
 The library goes to $XDG_CACHE_HOME/bolt_ros/native/ under a name hashed from the source, the compiler's version and
-the CPU's flags (the other files are built with -march=native). Without a compiler, or with BOLT_NATIVE=0, `available()` is False
-and callers use the torch reference (slower, same values).
+the CPU's flags (the other files are built with -march=native). Without a compiler, or with BOLT_NATIVE=0,
+`available()` is False and callers use the torch reference (slower, same values).
 """
 from __future__ import annotations
 
