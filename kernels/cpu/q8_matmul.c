@@ -83,7 +83,7 @@ static void quantize_row(const float *x, int64_t n, int bs, int8_t *q, float *d)
  * h16t [chunks][K/32][LANES] holds the sums per 16 the same way. */
 typedef struct {
     int64_t nbp, n32p;
-    int8_t *q;
+    int8_t *q, *qp;
     float *d;
     int32_t *s32;
     int16_t *h32, *h16;
@@ -108,7 +108,9 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
         o->h32t = calloc((size_t)(ch * (K / 64 + 1) * LANES), sizeof(int32_t));
         o->h16t = calloc((size_t)(ch * (K / 32) * LANES), sizeof(int32_t));
     }
-    if (!o->q || !o->d || !o->s32 || !o->h32 || !o->h16 || (M > 1 && (!o->qt || !o->dt || !o->s32t || !o->h32t || !o->h16t)))
+    if (M == 1 && bs == 32) o->qp = calloc((size_t)((K / 32 + 1) / 2 * 64), 1);
+    if (!o->q || !o->d || !o->s32 || !o->h32 || !o->h16 || (M > 1 && (!o->qt || !o->dt || !o->s32t || !o->h32t || !o->h16t))
+        || (M == 1 && bs == 32 && !o->qp))
         return -1;
     for (int64_t m = 0; m < M; m++) {
         int8_t *q = o->q + m * K;
@@ -124,6 +126,10 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
             o->h32[m * (K / 32) + i] = (int16_t)t;
         }
     }
+    if (o->qp)  /* pairs of blocks b, b + 1: [b 0..15 | b+1 0..15][b 16..31 | b+1 16..31], as two nibble halves meet them */
+        for (int64_t b = 0; b < K / 32; b++)
+            for (int j = 0; j < 32; j++)
+                o->qp[64 * (b / 2) + 32 * (j / 16) + 16 * (b % 2) + j % 16] = o->q[32 * b + j];
     if (M > 1)
         for (int64_t m = 0; m < M; m++) {
             int64_t c = m / LANES, l = m % LANES;
@@ -147,7 +153,7 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
 }
 
 static void xq_free(XQ *o) {
-    free(o->q); free(o->d); free(o->s32); free(o->h32); free(o->h16); free(o->qt); free(o->dt); free(o->s32t);
+    free(o->q); free(o->qp); free(o->d); free(o->s32); free(o->h32); free(o->h16); free(o->qt); free(o->dt); free(o->s32t);
     free(o->h32t); free(o->h16t);
 }
 
@@ -286,9 +292,7 @@ static inline __m256i nibbles32(const uint8_t *p) {
 }
 
 /* bit i of the 32-bit little-endian word at p -> byte i: 0x10 where set (Q5_0's fifth bit) */
-static inline __m256i fifth_bits(const uint8_t *p) {
-    uint32_t bits;
-    memcpy(&bits, p, 4);
+static inline __m256i fifth_bits_word(uint32_t bits) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
     return _mm256_maskz_mov_epi8((__mmask32)bits, _mm256_set1_epi8(0x10));
 #else
@@ -299,6 +303,12 @@ static inline __m256i fifth_bits(const uint8_t *p) {
     b = _mm256_cmpeq_epi8(_mm256_and_si256(b, mask), mask);
     return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
 #endif
+}
+
+static inline __m256i fifth_bits(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    return fifth_bits_word(bits);
 }
 
 /* u8 . s8, 4 at a time into 8 int32 lanes */
@@ -409,6 +419,45 @@ static inline __m256 legacy_p(int t, const uint8_t *w, int64_t g, int64_t nb, co
     return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(d + g)));
 }
 
+/* Q4_0, Q5_0: the 8 blocks of group g, two blocks per instruction: their nibble halves loaded side by side meet x
+ * in pairs (xp, XQ.qp), so one vpdpbusd covers 2 x 16 codes and 4 vectors hold the 8 blocks' lane sums (a third
+ * fewer vector instructions than a block at a time: the 4-bit unpack bounds this product) */
+static inline __m256 nib_p(int t, const uint8_t *w, int64_t g, int64_t nb, const int8_t *xp, const float *d,
+                           const int32_t *s32) {
+    int bytes = t == Q4_0 ? 18 : 22, qs = t == Q4_0 ? 2 : 6, off = t == Q4_0 ? 8 : 16;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256i v[4];
+    __m128i dh = _mm_setzero_si128();
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        int64_t b0 = g + 2 * i, b1 = b0 + 1;
+        const uint8_t *w0 = b0 < nb ? w + b0 * bytes : ZERO_BLOCK, *w1 = b1 < nb ? w + b1 * bytes : ZERO_BLOCK;
+        const int8_t *xb = b0 < nb ? xp + 32 * b0 : (const int8_t *)ZERO_BLOCK;
+        uint16_t h0, h1;
+        memcpy(&h0, w0, 2);
+        memcpy(&h1, w1, 2);
+        dh = _mm_insert_epi16(dh, h0, 2 * i);
+        dh = _mm_insert_epi16(dh, h1, 2 * i + 1);
+        __m256i raw = _mm256_loadu2_m128i((const __m128i *)(w1 + qs), (const __m128i *)(w0 + qs));
+        __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+        if (t == Q5_0) {
+            uint32_t q0, q1;
+            memcpy(&q0, w0 + 2, 4);
+            memcpy(&q1, w1 + 2, 4);
+            lo = _mm256_or_si256(lo, fifth_bits_word((q0 & 0xFFFF) | (q1 << 16)));
+            hi = _mm256_or_si256(hi, fifth_bits_word((q0 >> 16) | (q1 & 0xFFFF0000u)));
+        }
+        v[i] = dot_us(dot_us(_mm256_setzero_si256(), lo, _mm256_loadu_si256((const __m256i *)xb)), hi,
+                      _mm256_loadu_si256((const __m256i *)(xb + 32)));
+    }
+    /* v[i]: lanes 0-3 block 2i, 4-7 block 2i+1 -> [0, 2, 4, 6 | 1, 3, 5, 7] -> blocks in order */
+    __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i isum = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(s32 + g)),
+                                                     _mm256_set1_epi32(off)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(d + g)));
+}
+
 /* Q4_K superblock b: nibbles times x (vpmaddubsw), the 6-bit scales onto the int16 pair sums (vpmaddwd), the mins
  * through x's sums per 32 */
 static inline float q4_k_p(const uint8_t *wb, const int8_t *xb, float dx, const int16_t *h32b) {
@@ -478,9 +527,10 @@ static void tile1(int t, const uint8_t *w, int64_t rb, int R, int64_t K, const X
         int64_t nb = K / 32, ng = (nb + 7) / 8;
         for (int r = 0; r < 8; r++)
             for (int64_t g = 0; g < ng; g++)
-                _mm256_storeu_ps(pbuf + (g * 8 + r) * 8, r < R ? legacy_p(t, w + r * rb, 8 * g, nb, xq->q, xq->d,
-                                                                           xq->s32)
-                                                               : _mm256_setzero_ps());
+                _mm256_storeu_ps(pbuf + (g * 8 + r) * 8,
+                                 r >= R ? _mm256_setzero_ps()
+                                 : t == Q8_0 ? legacy_p(t, w + r * rb, 8 * g, nb, xq->q, xq->d, xq->s32)
+                                             : nib_p(t, w + r * rb, 8 * g, nb, xq->qp, xq->d, xq->s32));
         for (int64_t g = 0; g < ng; g++) {
             for (int r = 0; r < 8; r++) P[r] = _mm256_loadu_ps(pbuf + (g * 8 + r) * 8);
             acc = _mm256_add_ps(acc, tree8x8(P));
