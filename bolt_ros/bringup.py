@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         from bolt_ros.console import Console
         con = Console(namespace=args.namespace, verbose=verbose)
         nodes.append(con)
-        con.start_input(stop)
     print(f"bringup: {len(nodes)} nodes running ({', '.join(n.get_name() for n in nodes)}); Ctrl-C to stop",
           file=terminal, flush=True)
+    if console:
+        con.start_input(stop)  # after that line: the console owns the terminal's last line (its prompt) from here
     try:
         spin_nodes(nodes, stop=stop)
     finally:
