@@ -3,6 +3,10 @@ bytes against the machine's copy bandwidth.
 
     python bench/bench_rows.py [--model default-chat] [--threads 2] [--rows 8] [--json F] [--png F]
 
+The kernel's instruction-set level is printed (BOLT_CPU_LEVEL lowers it), and beside our engine ratio llama.cpp's own on
+the same model and threads: an 8-token batch against one decoded token, 8 * tg / pp8 from `llama-bench -p 8 -n 32`
+(the same statistic: the cost of a pass of 8 rows over the cost of a step).
+
 Every matrix of the model whose type has a vectorized kernel goes through `gguf_matmul` once per pass, as a decode
 step meets them (the model is larger than the L3 cache, so the bytes come from memory), at 1 row and at --rows
 rows; a type's time is the best of --repeats passes. Then the engine: a whole decode step (1 row) against a verify
@@ -86,6 +90,22 @@ def engine_ratio(model: str, threads: int, rows: int, n: int = 15) -> dict:
     return {"prompt_tokens": len(prompt), "step_ms": step, "verify_ms": verify, "ratio": verify / step}
 
 
+KERNEL_FLAGS = frozenset({"avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                          "avx512_bf16", "amx_int8", "amx_bf16"})
+
+
+def llama_ratio(model: str, threads: int, rows: int, repeats: int = 5) -> dict | None:
+    """llama.cpp's own cost of a `rows`-token batch over one decoded token (llama-bench pp`rows` and tg32)."""
+    import bench_engine
+
+    rec = bench_engine.referee()
+    res = bench_engine.llama(resolve_model(model), rows, 32, threads, repeats, rec)
+    if not res:
+        return None
+    pp, tg = res[f"pp{rows}_tok_s"], res["tg32_tok_s"]
+    return {"pp_tok_s": pp, "tg_tok_s": tg, "ratio": rows * tg / pp, "cpu_features": res["cpu_features"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default-chat")
@@ -121,7 +141,8 @@ def main() -> None:
     total["ratio"] = total[f"ms_{args.rows}"] / total["ms_1"]
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                platform.processor())
-    print(f"{args.model}, {cpu}, {args.threads} threads; copy bandwidth {copy:.1f} GB/s (read + write)")
+    print(f"{args.model}, {cpu}, {args.threads} threads; copy bandwidth {copy:.1f} GB/s (read + write); kernel level "
+          f"{native.level()} (flags {' '.join(sorted(native.cpu_flags() & KERNEL_FLAGS))})")
     print(f"{'type':8s} {'MB':>7s} {'M=1 ms':>8s} {'GB/s':>6s} {f'M={args.rows} ms':>8s} {'GB/s':>6s} {'ratio':>6s}")
     for r in rows:
         print(f"{r['type']:8s} {r['MB']:7.1f} {r['ms_1']:8.2f} {r['GBps_1']:6.1f} {r[f'ms_{args.rows}']:8.2f} "
@@ -131,7 +152,13 @@ def main() -> None:
     eng = engine_ratio(args.model, args.threads, args.rows)
     print(f"engine, {eng['prompt_tokens']}-token prompt: a step {eng['step_ms']:.1f} ms, a {args.rows}-row verify pass "
           f"{eng['verify_ms']:.1f} ms (medians): {eng['ratio']:.2f}x")
-    result = {"model": args.model, "engine": eng, "cpu": cpu, "threads": args.threads, "rows": args.rows,
+    ref = llama_ratio(args.model, args.threads, args.rows)
+    if ref:
+        print(f"llama.cpp, same model and threads: pp{args.rows} {ref['pp_tok_s']:.1f} tok/s, tg32 "
+              f"{ref['tg_tok_s']:.1f} tok/s: a {args.rows}-token batch costs {ref['ratio']:.2f}x a decoded token "
+              f"({ref['cpu_features']})")
+    result = {"model": args.model, "engine": eng, "llama_cpp": ref, "cpu": cpu, "level": native.level(),
+              "flags": sorted(native.cpu_flags() & KERNEL_FLAGS), "threads": args.threads, "rows": args.rows,
               "copy_GBps": copy, "types": rows, "total": total}
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
