@@ -36,6 +36,7 @@ HELP = "Type what a person says to the robot. /see <text>: a camera caption. /qu
 # within STILL_RAD for STILL_S: the MuJoCo head settles to < 0.5 deg within ~0.3 s of its last command.
 START_RAD, START_ANTENNA_RAD = 0.1, 0.35
 STILL_RAD, STILL_S = 0.02, 0.4
+GAP_S = 1.0  # joint states stop while a robot is gone (both robots publish at 100 Hz)
 ANTENNAS = ("antenna_right", "antenna_left")
 WATCHED = ("head_roll", "head_pitch", "head_yaw", *ANTENNAS, "body_yaw")
 
@@ -59,6 +60,7 @@ class Console(Node):
                                  QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL))
         self.motion = MotionLines()
         self._thinking = False
+        self._calls: dict[str, str] = {}  # call id -> its words, for the line of a call that failed
 
     # ---- input -----------------------------------------------------------------------------------------------
     def start_input(self, stop: threading.Event, stdin: TextIO = sys.stdin) -> threading.Thread:
@@ -105,7 +107,9 @@ class Console(Node):
 
     def _on_event(self, ev: AssistantEvent) -> None:
         if ev.type == AssistantEvent.TOOL_CALL:
-            self.show(f"[{move_words(ev.tool_call.name, ev.tool_call.arguments)}]")
+            words = move_words(ev.tool_call.name, ev.tool_call.arguments)
+            self._calls = {**dict(list(self._calls.items())[-15:]), ev.tool_call.id: words}
+            self.show(f"[{words}]")
             if self.verbose:
                 self.show(f"[tool] {ev.tool_call.name} {ev.tool_call.arguments}")
         elif ev.type == AssistantEvent.TOOL_RESULT:
@@ -113,7 +117,7 @@ class Console(Node):
             if self.verbose:
                 self.show(f"[tool] {r.name} -> " + (f"ok {r.content}" if r.ok else f"error: {r.error}"))
             elif not r.ok:  # why is the robot's own sentence (or the log's, in detail)
-                self.show(f"[{move_words(r.name, '{}')}: not done]")
+                self.show(f"[{self._calls.get(r.id) or move_words(r.name, '{}')}: not done]")
         elif ev.type == AssistantEvent.ERROR:
             self.show(f"[problem] {ev.text}" if self.verbose else "[problem] something went wrong in my thinking "
                       "(details in the log)")
@@ -140,6 +144,10 @@ class MotionLines:
         pose = {n: p for n, p in zip(names, positions) if n in WATCHED}
         if not pose:
             return ""
+        if self._recent and now - self._recent[-1][0] > GAP_S:
+            # no state for a while: the robot was gone (a Reachy Mini daemon restarting starts elsewhere); where it
+            # is now is its rest, not a move of ours
+            self.rest, self.moving, self._recent = None, False, []
         self._recent = [(t, p) for t, p in self._recent if now - t <= STILL_S] + [(now, pose)]
         still = now - self._recent[0][0] >= STILL_S * 0.9 and all(
             max(p[n] for _, p in self._recent) - min(p[n] for _, p in self._recent) <= STILL_RAD for n in pose)
