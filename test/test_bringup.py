@@ -204,6 +204,8 @@ def test_motion_lines_come_where_a_move_starts_and_ends_not_for_creep_or_sway():
     out = run(15, 18, look)
     assert out[0] == "[motion] moving" and out[1].startswith("[motion] stopped: head r/p/y") and len(out) == 2
     assert "+34" in out[1]
+    # the robot gone for 2 s (no joint states) and back elsewhere (a restarted simulator): its new rest, no line
+    assert run(20, 21, lambda t: [0, 0, 0, -0.2, 0.2, 0]) == []
     # negative control: a threshold at the old console's 0.005 rad would have called the creep a move
     assert math.radians(1) / 100 < 0.005 < math.radians(1)
 
