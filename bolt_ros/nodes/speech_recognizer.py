@@ -61,7 +61,8 @@ class SpeechRecognizer(Node):
         self._prompt = True                    # the current turn's ASR gets the vocabulary prompt (not a barge-in)
         self._turns_in_asr = 0                 # ended turns whose transcript is not out yet
         self._feeding = False                  # the audio thread is on a block
-        self.counts = {"blocks": 0, "transcripts": 0, "empty": 0, "barge_ins": 0, "bad_blocks": 0, "dropped_s": 0.0}
+        self.counts = {"blocks": 0, "transcripts": 0, "empty": 0, "barge_ins": 0, "bad_blocks": 0, "dropped_s": 0.0,
+                       "late_reference_frames": 0}
         self._loop = NodeLoop(self._process, "speech-recognizer").start()
         self._source = None
         try:
@@ -117,6 +118,11 @@ class SpeechRecognizer(Node):
         # levels need no band-limited resampling: every 16 kHz frame's worth of samples at the source rate
         step = msg.sample_rate / 16000
         self.gate.add_reference(x[(np.arange(int(len(x) / step)) * step).astype(int)], t)
+        if self.gate.late_frames > self.counts["late_reference_frames"]:
+            self.counts["late_reference_frames"] = self.gate.late_frames
+            self.get_logger().warning(f"the echo reference came late: {self.gate.late_frames} frames so far were let "
+                                      "through as speech before the playback under them arrived (a busy executor)",
+                                      throttle_duration_sec=5.0)
         if self.config.echo.suppress:   # spectra do: a whole-block resample has no stream delay to misalign them
             self.suppressor.add_reference(resample(x, msg.sample_rate), t)
 

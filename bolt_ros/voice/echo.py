@@ -60,6 +60,10 @@ class EchoGate:
         self._quiet: deque[float] = deque(maxlen=max(1, int(cfg.noise_window_s / FRAME_S)))  # levels, no playback
         self._since_floor = 0
         self.noise_floor_db = SILENT_DB  # the room with nobody and no robot in it (SILENT_DB: not known yet)
+        # frames let through as possible speech, by the newest played time their echo could hold: a reference that
+        # arrives later for that time came too late for them (a busy executor), and they are counted
+        self._passed: deque[float] = deque(maxlen=64)
+        self.late_frames = 0
 
     # ---- the reference ---------------------------------------------------------------------------------------
     def add_reference(self, x: np.ndarray, t_start: float) -> None:
@@ -73,6 +77,9 @@ class EchoGate:
                     self._order.append(k)
                 self._ref[k] = max(self._ref.get(k, SILENT_DB), level_db(block))
                 self._t_last_ref = max(self._t_last_ref, t_end)
+            while self._passed and self._passed[-1] > t_start:
+                self._passed.pop()
+                self.late_frames += 1
             while len(self._order) > self._keep:
                 self._ref.pop(self._order.popleft(), None)
 
@@ -91,12 +98,17 @@ class EchoGate:
         room = self.noise_floor_db + self.cfg.noise_margin_db if self.noise_floor_db > SILENT_DB else SILENT_DB
         if not self.robot_speaking(t_end):
             self._hear_room(level)
-            return room > SILENT_DB and level < room
-        with self._lock:
-            self._learn(k, level)
-            expected = max(self._expected(j) for j in range(k - self._hangover, k + 1))
-        bar = _power_sum(expected + self.cfg.margin_db if expected > SILENT_DB else SILENT_DB, room)
-        return bar > SILENT_DB and level < bar
+            echo = room > SILENT_DB and level < room
+        else:
+            with self._lock:
+                self._learn(k, level)
+                expected = max(self._expected(j) for j in range(k - self._hangover, k + 1))
+            bar = _power_sum(expected + self.cfg.margin_db if expected > SILENT_DB else SILENT_DB, room)
+            echo = bar > SILENT_DB and level < bar
+        if not echo:
+            with self._lock:
+                self._passed.append(t_end - (self.lag if self.lag is not None else 2) * FRAME_S)
+        return echo
 
     @property
     def _hangover(self) -> int:
