@@ -67,7 +67,7 @@ def holder(port: int) -> str:
     names = []
     for pid in sorted(listening_pids(port), key=lambda p: p or 0):
         try:
-            names.append(f"pid {pid} ({' '.join(psutil.Process(pid).cmdline()[:4])[:80]})" if pid else
+            names.append(f"pid {pid} ({_command(psutil.Process(pid).cmdline())})" if pid else
                          "a process of another user")
         except (psutil.Error, TypeError):
             names.append(f"pid {pid}")
@@ -78,6 +78,16 @@ def holder(port: int) -> str:
     except (OSError, ValueError):
         what = "a process that is not a reachy-mini-daemon" if names else "another process"
     return what + (f": {', '.join(names)}" if names else "")
+
+
+def _command(cmdline: list[str]) -> str:
+    """A process's command as a person would name it: programs by their file name, a Python interpreter left out
+    ("reachy-mini-daemon --sim --headless ..."), cut at 60 characters."""
+    words = [Path(w).name if "/" in w else w for w in cmdline]
+    if words and words[0].startswith("python") and len(words) > 1:
+        words = words[1:]
+    text = " ".join(words)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def daemon_executable() -> str | None:
