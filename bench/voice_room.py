@@ -162,13 +162,14 @@ class Heard:
 
 def replay(vad, utterances: list[tuple[float, np.ndarray]], room: Room, duration_s: float, *,
            person: tuple[float, np.ndarray] | None = None, noise: np.ndarray | None = None,
-           react_s: float | None = 0.02, cfg: RecognizerConfig | None = None) -> Heard:
+           react_s: float | None = 0.02, cfg: RecognizerConfig | None = None, gate: EchoGate | None = None) -> Heard:
     """The recognizer's audio thread over `duration_s` of a room: the robot plays `utterances` ((start time, 16 kHz
     audio), in order), a person may speak (start time, audio at the mic), `noise` (the room, at least as long) is
-    under everything. With react_s not None the first barge-in stops the playback react_s later."""
+    under everything. With react_s not None the first barge-in stops the playback react_s later. `gate`: another
+    echo gate than cfg's (a test's negative control)."""
     cfg = cfg or RecognizerConfig()
     vad.reset()
-    gate, seg, sup = EchoGate(cfg.echo), TurnSegmenter(cfg.vad), EchoSuppressor(cfg.echo)
+    gate, seg, sup = gate or EchoGate(cfg.echo), TurnSegmenter(cfg.vad), EchoSuppressor(cfg.echo)
     n = int(duration_s * MODEL_RATE)
     blocks = []                                   # (start sample, block) in play order
     for t, x in utterances:
@@ -189,7 +190,8 @@ def replay(vad, utterances: list[tuple[float, np.ndarray]], room: Room, duration
             sup.add_reference(block, i / MODEL_RATE)
             next_block += 1
         frame = mic[k * FRAME:(k + 1) * FRAME]
-        for ev in seg.push(frame, vad(frame), gate.is_echo(frame, t_end), t_end):
+        prob = vad(frame)
+        for ev in seg.push(frame, prob, gate.is_echo(frame, t_end, prob, seg.in_speech), t_end):
             if isinstance(ev, Onset):
                 barge = cfg.barge_in and gate.robot_speaking(ev.t_start)
                 heard.onsets.append((t_end, ev.t_start, barge))

@@ -18,7 +18,7 @@ from test_voice import vad, voices  # noqa: F401  (the module's fixtures)
 
 from bolt_ros.voice.audio import MODEL_RATE
 from bolt_ros.voice.config import EchoConfig, RecognizerConfig
-from bolt_ros.voice.echo import MIN_ROOM_FRAMES
+from bolt_ros.voice.echo import MIN_ROOM_FRAMES, EchoGate
 from bolt_ros.voice.vad import FRAME_S
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -100,3 +100,31 @@ def test_a_person_over_the_robot_in_that_room_still_barges_in(vad, voices, repli
     # frame of its run: 0.2 s is six frames, the run's own 3 and the softest word start espeak-ng gives)
     assert abs(onsets[0][1] - t_person) < 0.2, (heard.onsets, t_person)
     assert len(heard.turns) == 1 and heard.turns[0].barge_in
+
+
+class TurnBlindGate(EchoGate):
+    """The gate without the segmenter's state or silero's probability: the room vetoes soft frames inside a turn."""
+
+    def is_echo(self, frame, t_end, speech_prob=None, in_turn=False):
+        return super().is_echo(frame, t_end)
+
+
+def test_a_long_turn_in_the_noisy_room_stays_one_turn(vad, voices, babble_clips):  # noqa: F811
+    # 11 s of speech, 8 dB over the room (a quiet talker a few metres off), the robot silent
+    text = " ".join(REPLY_TEXTS[3:6])
+    person = voice_clip(voices["espeak"], text)
+    room = Room(noise_dbfs=-41.0)
+    person *= 10 ** ((room.noise_dbfs + 8.0 - active_db(person)) / 20)
+    end = LEAD_S + len(person) / MODEL_RATE + 1.5
+    noise = room_noise(int(end * MODEL_RATE) + MODEL_RATE, room.noise_dbfs, np.random.default_rng(5), babble_clips)
+
+    def turns(heard) -> list[float]:
+        """The turns' lengths, from the person's start on (babble before the gate knows the room may be one)"""
+        return [round(len(t.audio) / MODEL_RATE, 1) for t in heard.turns
+                if t.t_start + len(t.audio) / MODEL_RATE > LEAD_S]
+    said = turns(replay(vad, [], room, end, person=(LEAD_S, person), noise=noise))
+    assert len(said) == 1 and said[0] >= len(person) / MODEL_RATE, said
+    # negative control: a room level that vetoes frames inside the turn (its soft syllables and short pauses) cuts it
+    blind = turns(replay(vad, [], room, end, person=(LEAD_S, person), noise=noise,
+                         gate=TurnBlindGate(RecognizerConfig().echo)))
+    assert len(blind) > 1, blind

@@ -148,7 +148,7 @@ class SpeechRecognizer(Node):
             self._resampler, self._framer = Resampler(rate), Framer()
         for frame, t_end in self._framer.push(self._resampler(x), t_start):
             prob = self.vad(frame)
-            echo = self.gate.is_echo(frame, t_end)
+            echo = self.gate.is_echo(frame, t_end, prob, self.segmenter.in_speech)
             for ev in self.segmenter.push(frame, prob, echo, t_end):
                 self._on_segment_event(ev)
 

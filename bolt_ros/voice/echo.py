@@ -17,8 +17,8 @@ A room is not silent (issue 36). When the echo stops, at a sentence's end or a p
 scoring the plain room noise as speech for about three frames (0.99, 0.93, 0.71 over -41 dBFS noise), while the
 expected echo falls ~8 dB a frame below the noise: those frames were "not echo", an onset fired, and the robot, still
 speaking by `robot_speaking`, barged in on itself (4 of 4 sentences over room noise, none over digital silence). So
-the gate knows the room's level: a running low quantile of the frames heard with no playback (`noise_window_s`,
-`noise_quantile`: a person's words in that window leave the quantile at their pauses). A frame is possible speech
+the gate knows the room's level: a running low quantile of the frames heard with no playback that silero does not
+take for speech (`noise_window_s`, `noise_quantile`). A frame is possible speech
 only `noise_margin_db` above the room, and while the robot's audio is in the air above the power sum of that and
 the expected echo plus `margin_db`: the frames after the echo ends, at the room's level, start no onset whatever
 silero says of them, and an onset that comes only as the echo ends is not a person. `vad_hangover_ms` can also
@@ -43,6 +43,10 @@ HISTORY = 160                # frames of mic/reference pairs the estimate looks 
 MIN_CORRELATION = 0.5        # a lag that explains the mic less well than this is no estimate
 ERL_QUANTILE = 0.25          # of (reference - mic) levels: see the module docstring
 MIN_ROOM_FRAMES = 31         # frames with no playback before the room's level is believed (1 s)
+# silero's probability below which a frame is a sample of the room (its own "not speech" threshold, 0.5 - 0.15): with
+# every frame with no playback in it, a person's own 24 s turn raised the room's level to their quieter syllables and
+# cut the turn into 3-12 turns
+ROOM_MAX_PROB = 0.35
 
 
 class EchoGate:
@@ -89,16 +93,20 @@ class EchoGate:
             return bool(self._ref) and self._t_last_ref + (self.cfg.max_delay_ms + self.cfg.tail_ms) / 1000 >= t
 
     # ---- the mic ---------------------------------------------------------------------------------------------
-    def is_echo(self, frame: np.ndarray, t_end: float) -> bool:
+    def is_echo(self, frame: np.ndarray, t_end: float, speech_prob: float | None = None,
+                in_turn: bool = False) -> bool:
         """True when the frame can be explained by the robot's own voice or the room's noise (so it must not count
-        as speech)."""
+        as speech). speech_prob: silero's for this frame; a frame it takes for speech is no sample of the room.
+        in_turn: a person's turn is under way; with the robot silent the room then vetoes nothing (their soft
+        syllables and short pauses are theirs: vetoed, a 24 s turn at +8 dB over the room fell into 9-12 turns)."""
         if not self.cfg.enabled:
             return False
         level, k = level_db(frame), _frame(t_end)
         room = self.noise_floor_db + self.cfg.noise_margin_db if self.noise_floor_db > SILENT_DB else SILENT_DB
         if not self.robot_speaking(t_end):
-            self._hear_room(level)
-            echo = room > SILENT_DB and level < room
+            if speech_prob is None or speech_prob < ROOM_MAX_PROB:
+                self._hear_room(level)
+            echo = not in_turn and room > SILENT_DB and level < room
         else:
             with self._lock:
                 self._learn(k, level)
