@@ -18,7 +18,8 @@ setup(
     package_dir={"bolt_ros.kernels": "kernels"},
     include_package_data=True,
     package_data={"bolt_ros.kernels.cpu": ["*.c", "*.h"],  # built on first use (kernels/cpu/native.py)
-                  "bolt_ros.models": ["*.gguf"]},  # the default chat model's DFlash drafter
+                  "bolt_ros.models": ["*.gguf"],  # the default chat model's DFlash drafter
+                  "bolt_ros.robot.reachy_mini": ["reach_table.json"]},  # the Reachy Mini's reach (reach.py)
     install_requires=["numpy", "gguf>=0.19", "torch", "pydantic>=2", "PyYAML", "Jinja2", "tqdm",
                       "llguidance"],
     extras_require={"gpu": ["triton"], "vision": ["opencv-python-headless"]},
