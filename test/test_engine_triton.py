@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 import torch
 
-from bolt_ros.devtools.testmodel import ModelSpec, gemma4_rope_freqs, preset_spec, tensor_plan, write_model
+from bolt_ros.devtools.testmodel import preset_spec, write_model
 from bolt_ros.engine import device as dev
 from bolt_ros.engine.decode import decoders
+from bolt_ros.engine.gguf.layout import ModelSpec, gemma4_rope_freqs, tensor_plan
 from bolt_ros.engine.gguf.reader import GGUFFile
 from bolt_ros.engine.model.config import config_from_gguf
 from bolt_ros.engine.model.transformer import Transformer

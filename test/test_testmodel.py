@@ -1,5 +1,6 @@
-"""The test-model writer: files read back by gguf-py and GGUFFile, exact (f32) or within quantization error, with
-llama.cpp's names, the real tokenizers, the Q4_K_M type mix, HF-name conversion and dflash drafter keys."""
+"""The GGUF writer (engine/gguf/writer.py, layout.py) and the test models written with it (devtools/testmodel.py):
+files read back by gguf-py and GGUFFile, exact (f32) or within quantization error, with llama.cpp's names, the real
+tokenizers, the Q4_K_M type mix, HF-name conversion and dflash drafter keys."""
 import argparse
 import math
 
@@ -12,6 +13,8 @@ from gguf import quants as gguf_quants
 
 from bolt_ros.devtools import testmodel as tm
 from bolt_ros.engine.default_models import resolve_model
+from bolt_ros.engine.gguf import layout
+from bolt_ros.engine.gguf import writer as gw
 from bolt_ros.engine.gguf.reader import GGUFFile, torch_shape
 
 
@@ -48,7 +51,8 @@ def test_f32_roundtrip_is_exact(tmp_path, tiny_states, arch):
     hparams, state = tiny_states[arch]
     path = tm.write_model(tmp_path / "m.gguf", arch, hparams, state, "f32", tokenizer="none")
     reader = GGUFReader(path)
-    assert [t.name for t in reader.tensors] == [t.name for t in tm.tensor_plan(tm.ModelSpec(arch=arch, **hparams))]
+    plan = layout.tensor_plan(layout.ModelSpec(arch=arch, **hparams))
+    assert [t.name for t in reader.tensors] == [t.name for t in plan]
     with GGUFFile(path) as gf:
         assert gf.arch() == arch
         for t in reader.tensors:
@@ -86,9 +90,9 @@ def test_gemma4_layout(tiny_states, tmp_path):
 def test_streaming_equals_state_dict_write(tmp_path, tiny_states, monkeypatch):
     hparams, state = tiny_states["gemma4"]
     a = tm.write_model(tmp_path / "a.gguf", "gemma4", hparams, state, "f32", tokenizer="none", name="n")
-    monkeypatch.setattr(tm._Deferred, "CHUNK", 1000)  # many small chunks: the random stream must not depend on them
-    spec = tm.ModelSpec(arch="gemma4", **hparams)
-    tm._write(tmp_path / "b.gguf", spec, tm._random_sources(spec, 7), "f32", (), search=False, name="n")
+    monkeypatch.setattr(gw._Deferred, "CHUNK", 1000)  # many small chunks: the random stream must not depend on them
+    spec = layout.ModelSpec(arch="gemma4", **hparams)
+    gw.write_sources(tmp_path / "b.gguf", spec, tm._random_sources(spec, 7), "f32", (), search=False, name="n")
     assert a.read_bytes() == (tmp_path / "b.gguf").read_bytes()
 
 
@@ -141,15 +145,15 @@ def test_q8_0_and_f16(tmp_path, tiny_states):
 
 def test_small_rows_fall_back_like_llama_cpp(tiny_states):
     hparams, _ = tiny_states["gemma3"]  # 64 wide: no 256-blocks, so Q4_K -> Q5_0 and Q6_K -> Q8_0
-    spec = tm.ModelSpec(arch="gemma3", **hparams)
-    plan = {t.name: t for t in tm.tensor_plan(spec)}
-    assert tm.tensor_type(plan["blk.0.attn_q.weight"], spec, "q4_k_m") == QT.Q5_0
-    assert tm.tensor_type(plan["token_embd.weight"], spec, "q4_k_m") == QT.Q8_0
+    spec = layout.ModelSpec(arch="gemma3", **hparams)
+    plan = {t.name: t for t in layout.tensor_plan(spec)}
+    assert layout.tensor_type(plan["blk.0.attn_q.weight"], spec, "q4_k_m") == QT.Q5_0
+    assert layout.tensor_type(plan["token_embd.weight"], spec, "q4_k_m") == QT.Q8_0
 
 
 def test_e4b_plan_has_exact_shapes_and_mix():
     spec = tm.preset_spec("gemma4", "e4b")
-    plan = {t.name: t for t in tm.tensor_plan(spec)}
+    plan = {t.name: t for t in layout.tensor_plan(spec)}
     assert plan["token_embd.weight"].shape == (262144, 2560)
     assert plan["per_layer_token_embd.weight"].shape == (262144, 42 * 256)
     assert plan["per_layer_model_proj.weight"].shape == (42 * 256, 2560)
@@ -160,12 +164,12 @@ def test_e4b_plan_has_exact_shapes_and_mix():
     assert [il for il in range(42) if not spec.swa_layers[il]] == [5, 11, 17, 23, 29, 35, 41]
     n_params = sum(math.prod(t.shape) for t in plan.values())
     assert 7.3e9 < n_params < 7.6e9  # "8B total" counts the vision/audio towers too
-    types = {n: tm.tensor_type(t, spec, "q4_k_m") for n, t in plan.items()}
+    types = {n: layout.tensor_type(t, spec, "q4_k_m") for n, t in plan.items()}
     assert types["per_layer_token_embd.weight"] == QT.Q6_K and types["token_embd.weight"] == QT.Q6_K
     assert types["per_layer_model_proj.weight"] == QT.F16
     assert types["blk.10.ffn_gate.weight"] == QT.Q4_K and types["blk.0.ffn_down.weight"] == QT.Q6_K
     assert types["blk.0.layer_output_scale.weight"] == QT.F32
-    size = sum(tm.tensor_nbytes(types[n], t.shape) for n, t in plan.items())
+    size = sum(layout.tensor_nbytes(types[n], t.shape) for n, t in plan.items())
     assert 4.5e9 < size < 6.5e9  # the published Q4_K_M file is 6.18 GB (its PLE/embedding types may differ)
 
 
@@ -207,7 +211,7 @@ def test_smollm2_tokenizer_for_llama():
 def test_string_packing_matches_gguf_writer(tmp_path):
     strings = ["", "a", "bé", "\U0001f600", "<x>"]
     w = gguf.GGUFWriter(None, "llama")
-    assert tm._pack_strings(strings).payload == w._pack_val(strings, gguf.GGUFValueType.ARRAY, False)[12:]
+    assert gw._pack_strings(strings).payload == w._pack_val(strings, gguf.GGUFValueType.ARRAY, False)[12:]
 
 
 # --- HF names -------------------------------------------------------------------------------------------------------
@@ -215,7 +219,7 @@ def test_string_packing_matches_gguf_writer(tmp_path):
 
 def _gguf_to_hf(arch: str) -> dict[str, str]:
     inv = {}
-    layer = {**tm._LAYER_HF, **(tm._LAYER_HF_GEMMA if arch.startswith("gemma") else tm._LAYER_HF_LLAMA)}
+    layer = {**gw._LAYER_HF, **(gw._LAYER_HF_GEMMA if arch.startswith("gemma") else gw._LAYER_HF_LLAMA)}
     for hf, g in layer.items():
         inv[g] = hf
     return inv
@@ -223,7 +227,7 @@ def _gguf_to_hf(arch: str) -> dict[str, str]:
 
 def to_hf(arch: str, hparams: dict, state: dict) -> dict[str, np.ndarray]:
     """GGUF-convention state dict -> HF names and conventions (the inverse of the writer's transforms)."""
-    glob = {g: hf for hf, g in tm._GLOBAL_HF.items() if hf.startswith(("model.", "lm_head"))}
+    glob = {g: hf for hf, g in gw._GLOBAL_HF.items() if hf.startswith(("model.", "lm_head"))}
     layer = _gguf_to_hf(arch)
     out = {}
     for name, arr in state.items():
@@ -252,7 +256,7 @@ def test_hf_names_convert_to_the_same_file(tmp_path, tiny_states, arch):
     for hf_name in hf:
         base = hf_name.rpartition(".")[0] if hf_name.endswith(".weight") else hf_name
         mapped = name_map.get_name(base)
-        assert mapped is not None and tm.hf_to_gguf_name(arch, hf_name).startswith(mapped), hf_name
+        assert mapped is not None and gw.hf_to_gguf_name(arch, hf_name).startswith(mapped), hf_name
     a = tm.write_model(tmp_path / "gguf.gguf", arch, hparams, state, "f32", tokenizer="none")
     hf["lm_head.weight"] = hf["model.embed_tokens.weight"]  # HF state dicts carry the tied head too
     b = tm.write_model(tmp_path / "hf.gguf", arch, hparams, hf, "f32", tokenizer="none")
@@ -263,7 +267,7 @@ def test_llama_permute_interleaves_rotate_half_pairs():
     # HF rotate-half pairs row i with row i + d/2 in each head; ggml's interleaved RoPE pairs rows 2i and 2i+1
     n_head, d = 2, 8
     w = np.arange(n_head * d, dtype=np.float32)[:, None].repeat(3, 1)
-    p = tm._llama_permute(w, n_head)
+    p = gw._llama_permute(w, n_head)
     for h in range(n_head):
         for i in range(d // 2):
             assert p[h * d + 2 * i, 0] == h * d + i
@@ -335,11 +339,11 @@ def test_bad_inputs_are_rejected(tmp_path, tiny_states):
     with pytest.raises(ValueError, match="needs --target"):
         tm.random_model("dflash")
     with pytest.raises(ValueError, match="multiple of n_head_kv"):
-        tm.ModelSpec(**{**hparams, "arch": "llama", "n_head_kv": 3})
+        layout.ModelSpec(**{**hparams, "arch": "llama", "n_head_kv": 3})
     with pytest.raises(ValueError, match="fixed pattern"):
-        tm.ModelSpec(**{**tiny_states["gemma3"][0], "arch": "gemma3", "swa_layers": [True] * 6})
+        layout.ModelSpec(**{**tiny_states["gemma3"][0], "arch": "gemma3", "swa_layers": [True] * 6})
     with pytest.raises(ValueError, match="last KV-owning layer"):  # the old tiny layout, which llama.cpp refuses
-        tm.ModelSpec(**{**tiny_states["gemma4"][0], "arch": "gemma4",
+        layout.ModelSpec(**{**tiny_states["gemma4"][0], "arch": "gemma4",
                         "swa_layers": [True, True, False, True, True, False]})
     with pytest.raises(ValueError, match="write_random_model"):
         tm.random_model("gemma4", "e4b")

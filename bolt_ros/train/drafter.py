@@ -113,8 +113,8 @@ def _vocab_rows(support: torch.Tensor, labels: torch.Tensor, negatives: int, n_v
 
 def train_drafter(target: str | Path, out: str | Path, cfg: TrainConfig, *, threads: int | None = None,
                   resume: bool = False, device: str = "cpu", progress: bool = True) -> dict:
-    from bolt_ros.devtools.testmodel import write_model  # the GGUF exporter (a dev tool: not in the runtime path)
     from bolt_ros.engine.default_models import resolve_model
+    from bolt_ros.engine.gguf.writer import write_model
     from bolt_ros.train import data as data_mod
     from bolt_ros.train.prompts import training_utterances
 

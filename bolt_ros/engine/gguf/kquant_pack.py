@@ -1,4 +1,4 @@
-"""numpy quantizers that write llama.cpp's block layouts (for the test-model writer).
+"""numpy quantizers that write llama.cpp's block layouts (for the GGUF writer, writer.py).
 
 gguf-py 0.19 quantizes F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 but not the K-quants that make up a Q4_K_M file, so Q4_K
 and Q6_K are packed here, vectorized over all blocks of a tensor. The scale searches follow llama.cpp's reference
