@@ -81,7 +81,7 @@ def test_one_scale_per_row_would_break_the_bound():
 def test_every_level_gives_the_portable_bits(t):
     """Integer sums are exact and every level applies the scales in one float order, so each level's result is the
     portable loop's bit for bit, at one row and at a verify block of rows."""
-    blocks, w = _case(t, shape=(45, 1024), seed=3)
+    blocks, _ = _case(t, shape=(45, 1024), seed=3)
     for m in (1, 5, 16):
         x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m))
         ref = native.gguf_matmul(x, blocks, t, 45, level="portable")
