@@ -19,7 +19,7 @@ from test_voice import vad, voices  # noqa: F401  (the module's fixtures)
 from bolt_ros.voice.audio import MODEL_RATE
 from bolt_ros.voice.config import EchoConfig, RecognizerConfig
 from bolt_ros.voice.echo import MIN_ROOM_FRAMES, EchoGate
-from bolt_ros.voice.vad import FRAME_S
+from bolt_ros.voice.vad import FRAME, FRAME_S
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from voice_room import BABBLE_TEXTS, REPLY_TEXTS, Room, active_db, replay, room_noise, voice_clip
@@ -128,3 +128,23 @@ def test_a_long_turn_in_the_noisy_room_stays_one_turn(vad, voices, babble_clips)
     blind = turns(replay(vad, [], room, end, person=(LEAD_S, person), noise=noise,
                          gate=TurnBlindGate(RecognizerConfig().echo)))
     assert len(blind) > 1, blind
+
+
+def test_a_frame_let_through_before_its_playback_arrived_is_counted():
+    """The live failure the offline replay cannot have: a busy executor hands the recognizer the playback after it
+    judged the mic frames that hold its echo. The gate counts such frames (the node warns)."""
+    rng = np.random.default_rng(0)
+    loud = (0.1 * rng.standard_normal(FRAME)).astype(np.float32)    # -20 dBFS: possible speech
+    played = (0.3 * rng.standard_normal(int(0.5 * MODEL_RATE))).astype(np.float32)
+
+    def gate_after(reference_first: bool) -> EchoGate:
+        gate = EchoGate(EchoConfig())
+        if reference_first:
+            gate.add_reference(played, 10.0)
+        assert reference_first or not gate.is_echo(loud, 10.3)   # judged with no playback known: let through
+        if not reference_first:
+            gate.add_reference(played, 10.0)                      # ... then the playback under it arrives
+        return gate
+    assert gate_after(reference_first=False).late_frames == 1
+    # negative control: the same playback on time leaves nothing to count (and the frame is judged against it)
+    assert gate_after(reference_first=True).late_frames == 0
