@@ -1,7 +1,7 @@
 """Compiled small steps (engine/model/compiled.py): the same model through torch.compile (inductor) on the CPU.
 
 Inductor fuses the ops between the matrix products, so sums and roundings happen in another order; where an input
-then crosses a rounding boundary of the held weight forms (bf16 activations of the int4 kernel, int16 per 32 of the
+then crosses a rounding boundary of the held weight forms (bf16 activations of the int4 kernel, int8 per block of the
 block kernel) the difference grows to that form's level. So the bound is the fast forms' own distance from the
 exact (fp32) weights: compiled must stay within twice the largest distance eager shows over the same steps.
 """

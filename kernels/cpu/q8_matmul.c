@@ -869,6 +869,9 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
             continue;
         }
         if (!unpack_simd(t, wr, K, r)) unpack_scalar(t, wr, K, r);
+        /* the next weight row (this thread's rows are contiguous) comes in while this one meets every row of x: the
+         * unpack's first touch of a row's bytes held a quarter of a verify product's samples */
+        for (int64_t o = 0; o < rb; o += 64) __builtin_prefetch(wr + rb + o);
         float lanes[LANES];
         for (int64_t c = 0; c * LANES < M; c++) {
             rows_simd(t, r, K, xq, c, lanes);
