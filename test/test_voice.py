@@ -68,7 +68,10 @@ def test_what_the_robot_says_is_heard_back(voices, asr, who, max_word_errors=1):
 def test_a_turn_ends_after_the_configured_silence_and_a_short_pause_does_not_end_it(voices, vad):
     cfg = VadConfig()
     one, two = speech(voices, "piper", "Turn your head."), speech(voices, "piper", "And then nod.")
-    short_pause = (cfg.pause_ms + 50) / 1000            # past the speculative pause, short of the end of turn
+    # past the speculative pause, short of the end of turn: halfway between them. pause_ms + 50 (210 ms) failed once
+    # in ~15 runs (no Pause): of a 210 ms gap silero counted 128-224 ms as silence over 20 of Piper's renderings
+    # (each differs; its hangover after a word), 128 ms in one, under pause_ms. Halfway leaves 120 ms either side
+    short_pause = (cfg.pause_ms + cfg.end_of_turn_ms) / 2 / 1000
     audio = np.concatenate([silence(0.5), one, silence(short_pause), two, silence(1.0)])
     events = run_segmenter(vad, audio, cfg)
     kinds = [type(e).__name__ for _, e in events]
