@@ -136,6 +136,8 @@ class AssistantConfig(_Strict):
     prefill_between_turns: bool = True         # idle: prefill the next turn's prompt up to the person's words
     max_tool_rounds: int = Field(3, ge=0)      # model calls that may request tools; the next one gets no tools
     max_sentences: int = Field(3, ge=0)        # a turn stops after this many spoken sentences (0 = no limit)
+    # a motion's own line (ToolSpec.say) is said as the robot starts moving, not after the motion (issue 33)
+    say_move_at_start: bool = True
     at_a_loss: str = ""   # lines (" | " between them) for a turn that would end with nothing said or done
     robot_name: str = "Bolt"  # the name the system prompt gives the robot: a reply never addresses the person by it
     enable_thinking: bool = False              # default when a transcript arrives (a goal says its own)

@@ -26,7 +26,7 @@ from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, Thought
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
 from bolt_ros.assistant.reply_text import CALL_AS_TEXT, ngrams, norm, said_before, unaddress, unframe
 from bolt_ros.assistant.sentences import SentenceSplitter
-from bolt_ros.assistant.tools import ToolOutcome
+from bolt_ros.assistant.tools import ToolOutcome, correction_line
 
 EventKind = Literal["text", "thought", "sentence", "tool_call", "tool_result", "state", "error"]
 IDLE, THINKING, SPEAKING, ACTING = "idle", "thinking", "speaking", "acting"
@@ -74,12 +74,15 @@ class ToolLoop:
         self._reworded = False  # a sentence of this model call was spoken without its framing (unframe)
         self._held: str | None = None  # a short opening waiting for the next sentence (_speak)
         self._utterance, self._said_before = "", set()  # what a model's sentence must not parrot (_parrots)
+        self._turn: tuple[Conversation, TurnResult, threading.Event] | None = None  # the running turn (acknowledge)
+        self._acked: str | None = None  # a motion's line said as the robot started moving (acknowledge)
 
     def run(self, conv: Conversation, user_msg: dict, tools: list[dict], *, enable_thinking: bool,
             cancel: threading.Event, t0: float | None = None, utterance: str | None = None) -> TurnResult:
         """One turn. utterance: the person's own words (without the scene block), for the intent classifier."""
         t0 = time.perf_counter() if t0 is None else t0
         res = TurnResult(messages=[user_msg])
+        self._turn, self._acked = (conv, res, cancel), None
         self._utterance = norm(utterance or "")
         self._said_before = said_before(conv.recent_replies(PARROT_TURNS))
         try:
@@ -150,6 +153,7 @@ class ToolLoop:
             res.stats["stopped"] = res.stopped
         res.stats["tool_rounds"] = sum(1 for m in res.messages if m["role"] == "assistant" and m.get("tool_calls"))
         res.stats["total_ms"] = (time.perf_counter() - t0) * 1e3
+        self._turn = None
         self._set_state(IDLE)
         return res
 
@@ -265,11 +269,29 @@ class ToolLoop:
             return False
         return True
 
+    def acknowledge(self, lines: list[str]) -> None:
+        """A motion's goal runs and the robot moves (the tool router calls this from inside call_tool): one of its
+        lines, the first not said in recent turns, is said now rather than after the motion (a dance takes 3 s).
+        Once per round of calls; the state stays `acting`, so the speech sway keeps still while the tool moves the
+        robot. _say_instead then records it, or corrects it if the move fails."""
+        if self._turn is None or self._acked is not None or not lines:
+            return
+        conv, res, cancel = self._turn
+        if res.cancelled or res.stopped or cancel.is_set():
+            return
+        line = _fresh_line(conv, lines)
+        n = len(res.spoken)
+        self._speak(line, res, model=False)
+        if len(res.spoken) > n:
+            self._acked = line
+
     def _say_instead(self, conv: Conversation, outcomes: list[ToolOutcome], res: TurnResult) -> bool:
         """Calls that all succeeded with lines of their own to say (ToolSpec.say: motions) end the turn with one of
         those lines, the first not said in recent turns, instead of a words round over their results; a call that
         failed with a plain reason (ToolOutcome.say of a failure: "I can't turn that far.") ends it with that."""
         failed = [o for o in outcomes if not o.ok]
+        if self._acked is not None:
+            return self._after_acknowledged(outcomes, failed, res)
         if not outcomes or not all(o.say for o in failed or outcomes):
             return False
         line = failed[0].say[0] if failed else _fresh_line(conv, outcomes[-1].say)
@@ -278,6 +300,23 @@ class ToolLoop:
         self._speak(line, res, model=False)
         res.text += ("" if not res.text else " ") + line
         return True
+
+    def _after_acknowledged(self, outcomes: list[ToolOutcome], failed: list[ToolOutcome], res: TurnResult) -> bool:
+        """The motion's line was said as it started (acknowledge): the history gets it as said, followed by a
+        correction if a move then failed with a plain reason ("Sorry, I couldn't do that."). An interrupted move
+        (no plain reason) or a call with no line of its own goes on as without the line: the turn ends in the
+        interruption or in a words round."""
+        line, self._acked = self._acked, None
+        if failed and failed[0].say:
+            fix = correction_line(failed[0].say[0])
+            self._set_state(SPEAKING)
+            n = len(res.spoken)
+            self._speak(fix, res, model=False)
+            if len(res.spoken) > n:
+                line = f"{line} {fix}"
+        res.messages.append({"role": "assistant", "content": line})
+        res.text += ("" if not res.text else " ") + line
+        return bool(failed[0].say) if failed else all(o.say for o in outcomes)
 
     def _parrots(self, sentence: str, opening: list[str], res: TurnResult) -> bool:
         """The person's words given back in the reply's first two sentences ("Let's play a game!" -> "Sure! Let's

@@ -140,6 +140,16 @@ def failure_line(error: str) -> str:
     return DID_NOT_WORK
 
 
+SORRY = "Sorry, I couldn't do that."
+
+
+def correction_line(failure: str) -> str:
+    """What the robot says when a move it already announced ("Looking left.", said as the robot started moving)
+    then fails: the failure's plain reason as a correction ("Sorry, I can't turn that far."), or just that it
+    could not."""
+    return SORRY if failure == DID_NOT_WORK else f"Sorry, {failure}"
+
+
 @dataclass
 class ToolOutcome:
     id: str

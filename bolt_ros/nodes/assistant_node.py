@@ -285,7 +285,10 @@ class AssistantNode(Node):
         conv = self._conversation(job.conversation_id)
         with self._scene_lock:
             scene = self.scene.render()
-        loop = ToolLoop(self.backend, self.router.call, lambda ev: self._emit(job, ev),
+        def call_tool(call, cancel):  # a motion's line is said as the robot starts moving (ToolLoop.acknowledge)
+            return self.router.call(call, cancel, started=loop.acknowledge if cfg.say_move_at_start else None)
+
+        loop = ToolLoop(self.backend, call_tool, lambda ev: self._emit(job, ev),
                         max_tool_rounds=cfg.max_tool_rounds, max_sentences=cfg.max_sentences,
                         at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()], intent=self.intent,
                         own_name=cfg.robot_name)

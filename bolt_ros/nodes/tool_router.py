@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from action_msgs.msg import GoalStatus
@@ -24,6 +26,7 @@ from unique_identifier_msgs.msg import UUID
 from bolt_ros.assistant.backend import ToolCallRequest
 from bolt_ros.assistant.tools import Tool, ToolError, ToolOutcome, ToolRegistry, failure_line
 
+_UNFILLED = re.compile(r"\{\w+\}")  # a say line's placeholder the arguments did not fill (tools._fill)
 _STATUS = {GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
            GoalStatus.STATUS_CANCELED: "canceled"}
 
@@ -87,15 +90,24 @@ class ToolRouter:
         self.send_latency_ms: deque[float] = deque(maxlen=100_000)    # call received -> goal handed to rclpy
 
     # ---- the call path -------------------------------------------------------------------------------------
-    def call(self, call: ToolCallRequest, cancel: threading.Event) -> ToolOutcome:
+    def call(self, call: ToolCallRequest, cancel: threading.Event,
+             started: Callable[[list[str]], None] | None = None) -> ToolOutcome:
+        """started: given a motion's lines (ToolSpec.say, filled from the arguments) as soon as the robot moves (the
+        goal's first feedback), so that they are said while it moves, not after it (issue 33); a goal refused or
+        finished before any feedback never calls it."""
         t0 = time.perf_counter()
         tool, sent = None, False
         try:
             tool, args = self.registry.resolve(call)
             fields = tool.request_fields(args)
             sent = True  # from here on a failure is the robot's, not the call's (bad arguments go back to the model)
-            run = self._run_action if tool.spec.kind == "action" else self._run_service
-            content = run(tool, fields, cancel, t0)
+            if tool.spec.kind == "action":
+                lines = tool.say_lines(args) if started is not None else []
+                # lines naming the result's fields ("{names}") can only be said after it
+                moving = (lambda: started(lines)) if lines and not any(_UNFILLED.search(x) for x in lines) else None
+                content = self._run_action(tool, fields, cancel, t0, moving)
+            else:
+                content = self._run_service(tool, fields, cancel, t0)
             done = tool.done_text(args)
             # what the model reads back: the result in the tool's words, or for a motion that speaks its own line
             # (no words round reads it) what it did, as the conversation's last turn shows it
@@ -120,16 +132,23 @@ class ToolRouter:
                              f"{out.error}")
         return out
 
-    def _run_action(self, tool: Tool, fields: dict, cancel: threading.Event, t0: float) -> dict:
+    def _run_action(self, tool: Tool, fields: dict, cancel: threading.Event, t0: float,
+                    on_moving: Callable[[], None] | None = None) -> dict:
         spec, client = tool.spec, self._clients[tool.spec.name]
         self._wait_ready(client.server_is_ready, spec, cancel)
         goal = self._types[spec.name].Goal()
         set_fields(goal, fields)
         feedback: dict = {}
+        # the first feedback says the robot moves: our servers accept every goal and refuse a target out of reach
+        # only as they execute it (an aborted result, no feedback), so the acceptance alone does not say it moves
+        moving = threading.Event()
+
+        def on_feedback(fb) -> None:
+            feedback.update(msg_to_dict(fb.feedback))
+            moving.set()
         self.send_latency_ms.append((time.perf_counter() - t0) * 1e3)
         goal_id = UUID(uuid=list(uuid.uuid4().bytes))  # ours, so the goal can be cancelled without its acceptance
-        send = client.send_goal_async(goal, feedback_callback=lambda fb: feedback.update(msg_to_dict(fb.feedback)),
-                                      goal_uuid=goal_id)
+        send = client.send_goal_async(goal, feedback_callback=on_feedback, goal_uuid=goal_id)
         _drop_orphaned_futures(client)
         try:
             handle = self._wait(send, cancel, t0 + spec.timeout_s, spec, "the goal to be accepted")
@@ -155,6 +174,9 @@ class ToolRouter:
         if spec.wait == "accepted":
             return {"status": "started", "goal": fields}
         try:
+            if on_moving is not None and self._wait(result_future, cancel, t0 + spec.timeout_s, spec, "the result",
+                                                    until=moving) is None:
+                on_moving()  # on this (the assistant's worker) thread, while the robot moves
             response = self._wait(result_future, cancel, t0 + spec.timeout_s, spec, "the result")
         except ToolError:
             handle.cancel_goal_async()  # a timed-out motion must not keep running unseen
@@ -190,12 +212,17 @@ class ToolRouter:
                                 f"{min(spec.server_timeout_s, spec.timeout_s):.1f} s); is the robot running?")
             time.sleep(0.01)
 
-    def _wait(self, future: Future, cancel: threading.Event, deadline: float, spec, what: str):
+    def _wait(self, future: Future, cancel: threading.Event, deadline: float, spec, what: str, *,
+              until: threading.Event | None = None):
+        """The future's result; with `until`, None as soon as that event is set while the future is not done (the
+        future's completion sets it too, and rclpy marks a future done before it runs its done callbacks)."""
         # event-driven, not polled: a polling worker takes the GIL from the executor thread thousands of times a
         # second, slowing the very callbacks it waits for (rclpy runs the done callback as an executor task)
-        done = threading.Event()
+        done = until if until is not None else threading.Event()
         future.add_done_callback(lambda _f: done.set())
         while not future.done():
+            if until is not None and until.is_set() and not future.done():
+                return None
             if cancel.is_set():
                 raise ToolError(f"interrupted by the user while waiting for {what} of {spec.target}")
             now = time.perf_counter()
