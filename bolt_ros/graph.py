@@ -80,6 +80,8 @@ def describe_graph(args: GraphArgs) -> list[ProcessSpec]:
         from bolt_ros.nodes.speech_common import voice_parameters
         voice_config = args.voice_config or package_file("config/voice.yaml")
         for node, params in voice_parameters(voice_config, args.audio).items():
+            if node == "speech_motion" and args.robot_config:  # the sway keeps inside this robot's joint limits
+                params["robot_config"] = args.robot_config
             procs.append(ProcessSpec(node, node, f"bolt_ros.nodes.{node}:make_nodes", params))
     return procs
 

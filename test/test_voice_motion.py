@@ -92,3 +92,55 @@ def test_speech_motion_keeps_still_while_a_tool_moves_the_robot(motion_graph, ro
     wait_for(lambda: not motion.busy(), what="the tool's goal finished")
     play(out, 0.5)
     assert motion.counts["goals"] > goals
+
+
+SLEEP = {"head_roll": 0.0, "head_pitch": 0.55, "head_yaw": 0.0, "antenna_right": -3.05, "antenna_left": 3.05}
+
+
+def test_the_sway_stays_inside_the_joint_limits_from_the_sleep_pose():
+    """The sleep pose (config/robot.yaml) sits 0.05 rad from the limits; the sway's offsets reach 0.07 (pitch) and
+    0.21 rad (antennas). Negative control: the offsets added as they were go out of range; within() keeps every
+    target in range and the robot still sways (away from the limit)."""
+    from bolt_ros.robot import load_robot_config
+    from bolt_ros.voice.sway import within
+    limits = load_robot_config().limits
+    envelope = {j: (getattr(limits, j).lower, getattr(limits, j).upper) for j in SLEEP}
+    sway = Sway(SwayConfig())
+    sway.add_audio(voice_like(3.0), 16000, 100.0)
+    raw = [{j: SLEEP[j] + o for j, o in sway.offsets(t).items()} for t in np.arange(100.3, 103.0, 0.1)]
+    out = lambda p: [j for j, v in p.items() if not envelope[j][0] <= v <= envelope[j][1]]  # noqa: E731
+    assert sum(bool(out(p)) for p in raw) > len(raw) // 3   # negative control: refused goals, as before
+    clamped = [within(p, envelope) for p in raw]
+    assert not any(out(p) for p in clamped)
+    for j in ("head_pitch", "antenna_right", "antenna_left"):
+        assert max(abs(p[j] - SLEEP[j]) for p in clamped) > math.radians(2), j   # it still moves
+
+
+def test_speech_after_go_to_sleep_sways_without_refused_goals(motion_graph, ros):
+    """Through the motion server: the sleep animation, then speech. No sway goal is refused and the antennas move.
+    Negative control: the same speech with no envelope (the offsets unclamped, as before) has goals refused."""
+    from bolt_ros.action import PlayAnimation
+    from rclpy.action import ActionClient
+
+    from bolt_ros.nodes.motion_server import MotionServer
+    motion, probe, joints, out = motion_graph
+    server = next(n for n in ros.nodes if isinstance(n, MotionServer))
+    refused, refuse = [], server._refuse  # a spy on the real server's refusal ("goto_pose refused: ...")
+    server._refuse = lambda handle, message: (refused.append(message), refuse(handle, message))[1]
+    client = ActionClient(probe, PlayAnimation, "play_animation")
+    assert client.wait_for_server(timeout_sec=5.0)
+    handle = ros.result(client.send_goal_async(PlayAnimation.Goal(name="sleep")))
+    assert ros.result(handle.get_result_async(), timeout=10).result.success
+    wait_for(lambda: not motion.busy() and abs(joints[-1]["antenna_left"] - 3.05) < 1e-3, what="asleep")
+    goals, n0 = motion.counts["goals"], len(joints)
+    play(out, 1.5)
+    wait_for(lambda: abs(joints[-1]["antenna_left"] - 3.05) < 1e-3, what="back to the sleep pose")
+    assert motion.counts["goals"] - goals >= 10 and refused == []
+    assert max(abs(j["antenna_left"] - 3.05) for j in joints[n0:]) > math.radians(3)
+    motion.envelope = {}  # negative control
+    play(out, 1.5)
+    wait_for(lambda: refused, what="refused goals without the envelope")
+    time.sleep(0.3)
+    print(f"from the sleep pose: {motion.counts['goals'] - goals} sway goals, {len(refused)} refused without the "
+          f"envelope (the last 1.5 s); none with it")
+    assert all("outside" in m for m in refused)

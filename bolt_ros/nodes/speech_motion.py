@@ -1,7 +1,8 @@
 """The speech_motion node: while the robot speaks, its head and antennas move a little with its voice
 (bolt_ros.voice.sway on the played audio, `audio/out`), around the pose it held when it started speaking.
 
-It moves only through the `goto_pose` action, so the motion server's joint and velocity limits apply, and it yields
+It moves only through the `goto_pose` action, so the motion server's joint and velocity limits apply (it keeps its
+targets inside the robot's joint limits: a target out of range is refused whole), and it yields
 to any motion a tool asked for: while the assistant is acting, or any goal that is not its own runs on `goto_pose`
 or `play_animation`, it sends nothing, and it takes the pose the tool left as its next base.
 """
@@ -21,9 +22,10 @@ from bolt_ros.action import GotoPose
 from bolt_ros.msg import AssistantEvent, AudioChunk, RobotPose
 from bolt_ros.nodes.common import declare_config, run_nodes
 from bolt_ros.nodes.speech_common import chunk_samples, from_stamp
+from bolt_ros.robot import load_robot_config
 from bolt_ros.voice.audio import to_mono_float
 from bolt_ros.voice.config import SpeechMotionConfig
-from bolt_ros.voice.sway import Sway
+from bolt_ros.voice.sway import Sway, within
 
 ACTIVE = (GoalStatus.STATUS_ACCEPTED, GoalStatus.STATUS_EXECUTING, GoalStatus.STATUS_CANCELING)
 HEAD_AND_ANTENNAS = ("head_roll", "head_pitch", "head_yaw", "antenna_right", "antenna_left")
@@ -34,10 +36,12 @@ class SpeechMotion(Node):
         super().__init__(node_kwargs.pop("node_name", "speech_motion"), **node_kwargs)
         try:
             self.config = cfg = declare_config(self, config or SpeechMotionConfig())
+            limits = load_robot_config(cfg.robot_config).limits  # RobotConfigError is a ValueError
         except ValueError:
             self.destroy_node()
             raise
         self.sway = Sway(cfg.sway)
+        self.envelope = {j: (getattr(limits, j).lower, getattr(limits, j).upper) for j in HEAD_AND_ANTENNAS}
         t = cfg.topics
         self._client = ActionClient(self, GotoPose, t.goto)
         self.create_subscription(AudioChunk, t.playback, self._on_playback, 100)
@@ -94,7 +98,8 @@ class SpeechMotion(Node):
                 return
             self._base = {j: self._joints[j] for j in HEAD_AND_ANTENNAS}
         off = self.sway.offsets(now)
-        self._send({j: self._base[j] + off[j] for j in HEAD_AND_ANTENNAS}, 1.0 / self.config.sway.rate_hz)
+        self._send(within({j: self._base[j] + off[j] for j in HEAD_AND_ANTENNAS}, self.envelope),
+                   1.0 / self.config.sway.rate_hz)
 
     def _send(self, pose: dict[str, float], duration: float) -> None:
         if not self._client.server_is_ready():

@@ -131,3 +131,5 @@ class SwayTopics(_Strict):
 class SpeechMotionConfig(_Strict):
     sway: SwayConfig = SwayConfig()
     topics: SwayTopics = SwayTopics()
+    # the robot's YAML (config/robot.yaml: its joint limits keep the sway in range); "" = the package's
+    robot_config: str = ""

@@ -1,6 +1,7 @@
 """The robot's voice moves its head: the played audio's loudness envelope drives small pitch/roll/yaw and antenna
 offsets, as slow incommensurate sines scaled by how loud the robot is right now (silence: no offset). Deterministic
-in the audio and the time, so the same sentence moves the same way."""
+in the audio and the time, so the same sentence moves the same way. The pose sent is kept inside the robot's joint
+limits (`within`), whatever pose speech starts from."""
 from __future__ import annotations
 
 import math
@@ -52,3 +53,11 @@ class Sway:
                 "head_yaw": math.radians(c.yaw_deg) * wave["yaw"],
                 "antenna_right": math.radians(c.antenna_deg) * wave["antennas"],
                 "antenna_left": -math.radians(c.antenna_deg) * wave["antennas"]}
+
+
+def within(pose: dict[str, float], envelope: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """The pose with each joint clamped into its (lower, upper) range; joints the envelope does not name as they are.
+    Near a limit an offset would take the target out of range and the motion server refuses the whole goal: after
+    "go to sleep" (antennas +-3.05 rad against limits of +-3.1, head pitch 0.55 against 0.6) every sway goal was
+    refused and the robot kept still (issue 33); clamped, it still sways away from the limit."""
+    return {j: min(max(v, envelope[j][0]), envelope[j][1]) if j in envelope else v for j, v in pose.items()}
