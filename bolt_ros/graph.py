@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from bolt_ros.assistant.config import from_ros_parameters, load_params_file, to_ros_parameters
 
@@ -36,7 +36,18 @@ class GraphArgs(BaseModel):
     namespace: str = ""
     voice: bool = False         # speech_recognizer + speech_synthesizer (docs/voice.md)
     voice_config: str = ""      # voice parameters file; "" = the package's config/voice.yaml
-    audio: str = "device"       # voice: device (the laptop's mic and speaker) | topic (a robot's audio/in, audio/out)
+    # voice: device (the laptop's mic and speaker) | topic (a robot's audio/in, audio/out) | auto: topic when the
+    # voice config reads a WAV file (speech_recognizer source: wav), else device
+    audio: str = "auto"
+
+    @model_validator(mode="after")
+    def _audio_for_the_voice_config(self) -> GraphArgs:
+        """auto -> device or topic. A voice config that names a WAV file is the input as written: `voice:=true
+        voice_config:=my_voice.yaml` runs it (the default used to be device, whose microphone replaced the WAV, and
+        without a microphone voice was turned off: issue 33)."""
+        if self.audio == "auto":
+            self.audio = "topic" if self.voice and _voice_source(self.voice_config) == "wav" else "device"
+        return self
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,16 @@ def package_file(rel: str) -> Path:
         return Path(get_package_share_directory(PACKAGE)) / rel
     except (ImportError, LookupError) as e:
         raise FileNotFoundError(f"cannot find {rel} of package {PACKAGE}: {e}") from e
+
+
+def _voice_source(voice_config: str) -> str:
+    """speech_recognizer's `source` in a voice parameters file ("" = the package's); "" when it cannot be read (the
+    graph's description then says why)."""
+    try:
+        path = voice_config or package_file("config/voice.yaml")
+        return str(load_params_file(path, "speech_recognizer").get("source", ""))
+    except (OSError, ValueError):
+        return ""
 
 
 def _text(v: Any) -> str:

@@ -212,6 +212,31 @@ def test_the_graph_adds_the_voice_nodes_for_device_or_robot_audio(tmp_path):
         describe_graph(parse_arguments({"voice": "true", "voice_config": str(bad)}))
 
 
+def test_a_voice_config_that_reads_a_wav_runs_as_written(tmp_path):
+    """`make run ARGS="voice:=true voice_config:=my_voice.yaml"` with `source: wav` in the file: the recognizer reads
+    the WAV and the robot's voice goes to audio/out (audio resolves to topic), and the no-device hint names the
+    launch argument. Negative control: audio:=device given explicitly still means the microphone (the old default,
+    which replaced the file's WAV and, without a microphone, turned voice off)."""
+    import yaml
+
+    from bolt_ros.graph import describe_graph, package_file, parse_arguments
+    from bolt_ros.voice.devices import NO_DEVICE_HINT
+    data = yaml.safe_load(package_file("config/voice.yaml").read_text())
+    data["speech_recognizer"]["ros__parameters"].update(source="wav", wav_path="person.wav")
+    path = tmp_path / "my_voice.yaml"
+    path.write_text(yaml.safe_dump(data))
+    args = parse_arguments({"voice": "true", "voice_config": str(path)})
+    assert args.audio == "topic"
+    procs = {p.executable: p.parameters for p in describe_graph(args)}
+    assert procs["speech_recognizer"]["source"] == "wav" and procs["speech_recognizer"]["wav_path"] == "person.wav"
+    assert procs["speech_synthesizer"]["output"] == "topic"
+    explicit = parse_arguments({"voice": "true", "voice_config": str(path), "audio": "device"})
+    assert {p.executable: p.parameters for p in describe_graph(explicit)}["speech_recognizer"]["source"] == \
+        "microphone"
+    assert parse_arguments({"voice": "true"}).audio == "device"   # the package's voice.yaml: the laptop's devices
+    assert "audio:=topic" in NO_DEVICE_HINT and "voice_config:=" in NO_DEVICE_HINT
+
+
 def test_a_missing_audio_device_is_a_clear_error_and_the_node_is_not_left_half_built(ros, monkeypatch):
     from bolt_ros.nodes.speech_recognizer import SpeechRecognizer
     from bolt_ros.voice import devices

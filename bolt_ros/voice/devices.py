@@ -12,8 +12,10 @@ import numpy as np
 
 from bolt_ros.voice.audio import Pcm, read_wav
 
-NO_DEVICE_HINT = ("use the robot's audio topics instead (speech_recognizer source:=topic, speech_synthesizer "
-                  "output:=topic), or a WAV file (source:=wav)")
+# the launch arguments first (`make run ARGS="..."` takes only those), then the parameters of a node run alone
+NO_DEVICE_HINT = ("use a robot's audio topics instead (launch argument audio:=topic), or a WAV file (a copy of "
+                  "config/voice.yaml with source: wav and wav_path: ..., as voice_config:=that.yaml); a node run "
+                  "alone: -p source:=topic or source:=wav, -p output:=topic")
 
 
 class DeviceError(RuntimeError):
