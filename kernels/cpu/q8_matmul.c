@@ -686,7 +686,7 @@ typedef __m256 vf;
 #define VF_MUL _mm256_mul_ps
 
 /* sum over n4 groups of 4 unsigned codes at u of u . x, x's groups at xt (LANES rows each), in two chains */
-static inline __attribute__((always_inline)) vi dot_groups(const int8_t *u, const int32_t *xt, int n4) {
+static inline vi dot_groups(const int8_t *u, const int32_t *xt, int n4) {
     vi a0 = VI_ZERO, a1 = VI_ZERO;
     for (int c = 0; c < n4; c += 2) {
         a0 = VI_DOT(a0, VI_SET1(*(const int32_t *)(u + 4 * c)), VI_LOAD(xt + c * LANES));
@@ -731,40 +731,33 @@ static inline __attribute__((always_inline)) vf legacy_lanes(int t, const Row *r
 }
 
 /* one superblock b of the chunk: its product, lanes: rows */
-/* superblock b of x (the chunk c) against superblock wb of the unpacked weights: its product, lanes: rows */
-static inline vf k_lanes(int t, const Row *r, int64_t wb, int64_t K, const XQ *xq, int64_t c, int64_t b, int mins,
+static inline vf k_lanes(int t, const Row *r, int64_t K, const XQ *xq, int64_t c, int64_t b, int mins,
                          const int32_t *xt, const float *dt) {
+    int sl = sub_len(t);
     vi isum = VI_ZERO, jsum = VI_ZERO;
-    const int8_t *q = r->q + 256 * wb;
-    const int32_t *x = xt + 64 * b * LANES;
-    if (t == Q6_K) {  /* constant trip counts, so the compiler unrolls the chains */
-#pragma GCC unroll 16
-        for (int s = 0; s < 16; s++)
-            isum = VI_ADD(isum, VI_MUL(dot_groups(q + 16 * s, x + 4 * s * LANES, 4), VI_SET1(r->sc[16 * wb + s])));
-        /* - 32 sum_s sc_s sum(x)_s: the pairs of 16-sums times the pairs of scales */
+    for (int s = 0; s < 256 / sl; s++) {
+        int64_t e = 256 * b + sl * s;
+        isum = VI_ADD(isum, VI_MUL(dot_groups(r->q + e, xt + (e / 4) * LANES, sl / 4), VI_SET1(r->sc[e / sl])));
+    }
+    if (t == Q6_K) {  /* - 32 sum_s sc_s sum(x)_s, the pairs of 16-sums times the pairs of scales */
         const int32_t *h = xq->h16t + (c * (K / 32) + 8 * b) * LANES;
         vi cor = VI_ZERO;
-        for (int i = 0; i < 8; i++) cor = VI_MADD(cor, VI_LOAD(h + i * LANES), VI_SET1(r->scp[8 * wb + i]));
+        for (int i = 0; i < 8; i++) cor = VI_MADD(cor, VI_LOAD(h + i * LANES), VI_SET1(r->scp[8 * b + i]));
         isum = VI_SUB(isum, _mm256_slli_epi32(cor, 5));
-    } else {
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; s++)
-            isum = VI_ADD(isum, VI_MUL(dot_groups(q + 32 * s, x + 8 * s * LANES, 8), VI_SET1(r->sc[8 * wb + s])));
     }
     vf dx = VF_LOAD(dt + b * LANES);
-    vf pb = VF_MUL(VF_CVT(isum), VF_MUL(VF_SET1(r->dw[wb]), dx));
+    vf pb = VF_MUL(VF_CVT(isum), VF_MUL(VF_SET1(r->dw[b]), dx));
     if (!mins) return pb;
     const int32_t *h = xq->h32t + (c * (K / 64) + 4 * b) * LANES;
-    for (int i = 0; i < 4; i++) jsum = VI_MADD(jsum, VI_LOAD(h + i * LANES), VI_SET1(r->mnp[4 * wb + i]));
-    return VF_ADD(pb, VF_MUL(VF_CVT(VI_SUB(VI_ZERO, jsum)), VF_MUL(VF_SET1(r->mw[wb]), dx)));
+    for (int i = 0; i < 4; i++) jsum = VI_MADD(jsum, VI_LOAD(h + i * LANES), VI_SET1(r->mnp[4 * b + i]));
+    return VF_ADD(pb, VF_MUL(VF_CVT(VI_SUB(VI_ZERO, jsum)), VF_MUL(VF_SET1(r->mw[b]), dx)));
 }
 
 static inline vf tree8v(const vf p[8]) {
     return VF_ADD(VF_ADD(VF_ADD(p[0], p[1]), VF_ADD(p[2], p[3])), VF_ADD(VF_ADD(p[4], p[5]), VF_ADD(p[6], p[7])));
 }
 
-/* 32-blocks: out[l] for the chunk's LANES rows (c: the chunk); whole groups of 8 blocks unrolled, the last one
- * padded with 0 */
+/* out[l] for the chunk's LANES rows (c: the chunk); whole groups of 8 blocks unrolled, the last one padded with 0 */
 static void rows_simd(int t, const Row *r, int64_t K, const XQ *xq, int64_t c, float *out) {
     int mins = has_min(t), sq = t == Q8_0 && SIGNED_Q8;
     int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : t == Q8_0 && !SIGNED_Q8 ? 128 : 0;
@@ -772,7 +765,7 @@ static void rows_simd(int t, const Row *r, int64_t K, const XQ *xq, int64_t c, f
     const int32_t *xt = xq->qt + c * (K / 4) * LANES;
     const float *dt = xq->dt + c * xq->nbp * LANES;
     vf acc = VF_ZERO, p[8];
-    {
+    if (!is_k(t)) {
         for (int64_t g = 0; g < full; g += 8) {
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) p[i] = legacy_lanes(t, r, K, xq, c, g + i, off, sq, mins, xt, dt);
@@ -783,38 +776,13 @@ static void rows_simd(int t, const Row *r, int64_t K, const XQ *xq, int64_t c, f
                 p[i] = full + i < nb ? legacy_lanes(t, r, K, xq, c, full + i, off, sq, mins, xt, dt) : VF_ZERO;
             acc = VF_ADD(acc, tree8v(p));
         }
+    } else {
+        for (int64_t g = 0; g < nb; g += 8) {
+            for (int i = 0; i < 8; i++) p[i] = g + i < nb ? k_lanes(t, r, K, xq, c, g + i, mins, xt, dt) : VF_ZERO;
+            acc = VF_ADD(acc, tree8v(p));
+        }
     }
     VF_STORE(out, acc);
-}
-/* K-quants, R <= 8 weight rows against M rows of x: y[m * ystride + i]. Group by group of 8 superblocks, the rows of
- * the tile take turns over the group's x (16 KiB a chunk, so it stays in L1: row by row over the whole of x, the
- * 38 KiB of a 4864-wide x came from L2 for every weight row), each unpacking just that group. */
-static void rows_k(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, Row *r, float *y,
-                   int64_t ystride) {
-    int mins = has_min(t), bytes = t == Q4_K ? 144 : t == Q5_K ? 176 : 210;
-    int64_t nb = K / 256, nch = (M + LANES - 1) / LANES;
-    vf acc[8][MAX_M / LANES], p[8];
-    for (int i = 0; i < R; i++)
-        for (int64_t c = 0; c < nch; c++) acc[i][c] = VF_ZERO;
-    for (int64_t g = 0; g < nb; g += 8) {
-        int n = nb - g < 8 ? (int)(nb - g) : 8;
-        for (int i = 0; i < R; i++) {
-            const uint8_t *wg = w + i * rb + g * bytes;
-            if (!unpack_simd(t, wg, 256 * n, r)) unpack_scalar(t, wg, 256 * n, r);
-            for (int64_t c = 0; c < nch; c++) {
-                const int32_t *xt = xq->qt + c * (K / 4) * LANES;
-                const float *dt = xq->dt + c * xq->nbp * LANES;
-                for (int j = 0; j < 8; j++) p[j] = j < n ? k_lanes(t, r, j, K, xq, c, g + j, mins, xt, dt) : VF_ZERO;
-                acc[i][c] = VF_ADD(acc[i][c], tree8v(p));
-            }
-        }
-    }
-    float lanes[LANES];
-    for (int i = 0; i < R; i++)
-        for (int64_t c = 0; c < nch; c++) {
-            VF_STORE(lanes, acc[i][c]);
-            for (int64_t l = 0; l < LANES && c * LANES + l < M; l++) y[(c * LANES + l) * ystride + i] = lanes[l];
-        }
 }
 #endif /* SIMD */
 
@@ -855,10 +823,6 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
 #ifdef SIMD
     if (M == 1 && (t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K)) {
         tile1(t, w, rb, R, K, xq, r->pbuf, y);
-        return;
-    }
-    if (M > 1 && is_k(t)) {
-        rows_k(t, w, rb, R, K, M, xq, r, y, ystride);
         return;
     }
     for (int i = 0; i < R; i++) {
