@@ -5,8 +5,11 @@ and the speech synthesizer run in one process as bringup runs them. Each turn's 
 
     python bench/bench_voice.py [--n 20] [--out docs/bench_voice] [--backend scripted]
 
-Prints p50/p90 per stage and writes OUT.json and OUT.png (a timeline per turn). Goal (issue 26): end of speech to
-first audio p50 <= 1.0 s, p90 <= 1.5 s on 2 CPU cores.
+Prints p50/p90 per stage, for the turns that moved the robot (a tool call), the turns that talked, and all, and
+writes OUT.json and OUT.png (a timeline per turn). Besides the synthesizer's stages: the first motion (the first
+joint_states that moved after the end of speech) and the first response, the first audio or the first motion,
+whichever came first (issue 33). Goal (issue 26): end of speech to first audio p50 <= 1.0 s, p90 <= 1.5 s on 2
+CPU cores.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from bolt_ros.msg import AssistantEvent, AudioChunk, AudioEvent, AudioTurnStats
 from graph_harness import Graph, product_config
+from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from bolt_ros.nodes.speech_common import chunk_msg
@@ -36,6 +40,11 @@ REQUESTS = ["Look to your left.", "What is the capital of France?", "Please nod.
             "Look up.", "What can you do?", "Turn your head to the right.", "Are you happy today?",
             "Show me how you feel.", "What is two plus two?", "Look down.", "Say hello to my friend."]
 STAGES = ["end_of_turn_ms", "transcript_ms", "first_token_ms", "first_sentence_ms", "first_audio_ms"]
+REPORTED = [*STAGES, "first_motion_ms", "first_response_ms"]
+# --instant-moves: the requests that name a move get its call at once (the others words), as the intent classifier
+# would decide them: what the voice and motion stages cost without the model
+MOVES = [("left", "look_left"), ("right", "look_right"), ("up", "look_up"), ("down", "look_down"), ("nod", "nod"),
+         ("dance", "dance"), ("feel", "happy")]
 BLOCK = 512                     # 32 ms mic blocks
 
 
@@ -84,6 +93,45 @@ def pct(xs: list[float], p: float) -> float:
     return float(np.percentile(xs, p)) if xs else float("nan")
 
 
+class Motion:
+    """When the robot starts to move (system time, from joint_states stamps): each still -> moving change."""
+
+    def __init__(self, node):
+        self.starts: list[float] = []
+        self._last: tuple | None = None
+        self._moving = False
+        node.create_subscription(JointState, "joint_states", self._on_joints, 100)
+
+    def _on_joints(self, m: JointState) -> None:
+        pos = tuple(round(p, 4) for p in m.position)   # 0.1 mrad: below it, the robot is still
+        moving = self._last is not None and pos != self._last
+        if moving and not self._moving:
+            self.starts.append(m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec)
+        self._last, self._moving = pos, moving
+
+    def first_after(self, t: float, since: int) -> float | None:
+        """ms from t to the first start among starts[since:] at or after t; None without one."""
+        return next(((x - t) * 1e3 for x in self.starts[since:] if x >= t), None)
+
+
+def summarize(rows: list[dict]) -> dict:
+    """{moves, talk, all: {stage: {p50, p90, n}}} over the turns where the stage happened (>= 0)."""
+    groups = {"moves": [r for r in rows if r["tools"]], "talk": [r for r in rows if not r["tools"]], "all": rows}
+    out = {}
+    for g, rs in groups.items():
+        out[g] = {}
+        for k in REPORTED:
+            xs = [r[k] for r in rs if r.get(k) is not None and r[k] >= 0]
+            out[g][k] = {"p50": pct(xs, 50), "p90": pct(xs, 90), "n": len(xs)}
+    return out
+
+
+def first_response(row: dict) -> float | None:
+    """The first audio or the first motion, whichever came first (ms after the end of speech)."""
+    xs = [row[k] for k in ("first_audio_ms", "first_motion_ms") if row.get(k) is not None and row[k] >= 0]
+    return min(xs) if xs else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20)
@@ -95,6 +143,8 @@ def main() -> int:
                          "backend, instead of the embedded engine")
     ap.add_argument("--instant-llm", action="store_true",
                     help="a scripted backend that answers at once (what the voice stages cost without the model)")
+    ap.add_argument("--instant-moves", action="store_true",
+                    help="as --instant-llm, but a request that names a move gets that move's call (MOVES)")
     ap.add_argument("--turn-timeout", type=float, default=30.0)
     args = ap.parse_args()
     out = Path(args.out)
@@ -110,9 +160,12 @@ def main() -> int:
         from bolt_ros.engine.default_models import resolve_model
         server = LlamaServer(resolve_model(args.model or "default-chat"), threads=2, extra=["--jinja"]).__enter__()
         updates = {"backend.kind": "openai", "backend.base_url": server.url + "/v1"}
-    if args.instant_llm:
+    if args.instant_llm or args.instant_moves:
+        moves = [{"match": w, "reply": [{"tool_call": {"name": tool, "arguments": {}}}]}
+                 for w, tool in (MOVES if args.instant_moves else [])]
         updates = {"backend.kind": "scripted",
-                   "backend.script": '[{"match": ".", "reply": [{"text": "Sure, I can do that for you. "}]}]'}
+                   "backend.script": json.dumps([*moves, {"match": ".", "reply": [
+                       {"text": "Sure, I can do that for you. "}]}])}
     graph = Graph(product_config(**updates), domain_id=random.randint(1, 200))
     rec = SpeechRecognizer(RecognizerConfig(), context=graph.context)
     synth = SpeechSynthesizer(SynthesizerConfig(), context=graph.context)
@@ -132,6 +185,7 @@ def main() -> int:
         playing.set() if m.type == AudioEvent.PLAYBACK_START else
         playing.clear() if m.type in (AudioEvent.PLAYBACK_END, AudioEvent.PLAYBACK_STOPPED) else None), 100)
     mic = Mic(node)
+    motion = Motion(node)
     graph.wait_connected()
     # the first turn pays one-time costs (the tool grammar, native kernels, caches: ~25 s on 2 cores): not measured
     graph.idle.clear()
@@ -143,7 +197,7 @@ def main() -> int:
     try:
         for i, (text, who, path) in enumerate(items):
             graph.idle.clear()
-            n_stats, n_tools = len(stats), len(tools)
+            n_stats, n_tools, n_motion = len(stats), len(tools), len(motion.starts)
             from bolt_ros.voice.audio import read_wav
             mic.say(read_wav(path).samples)
             deadline = time.time() + args.turn_timeout
@@ -157,9 +211,12 @@ def main() -> int:
             s = stats[n_stats] if len(stats) > n_stats else None
             row = {"i": i, "voice": who, "said": text, "heard": s.transcript if s else "",
                    "tools": tools[n_tools:], **{k: (getattr(s, k) if s else None) for k in STAGES}}
+            eos = s.end_of_speech.sec + 1e-9 * s.end_of_speech.nanosec if s else None
+            row["first_motion_ms"] = motion.first_after(eos, n_motion) if eos else None
+            row["first_response_ms"] = first_response(row)
             rows.append(row)
             print(f"{i:2d} {who:6s} {text!r:36s} -> {row['heard']!r:36s} " + " ".join(
-                f"{k[:-3]}={row[k]:.0f}" if row[k] is not None else f"{k[:-3]}=-" for k in STAGES), flush=True)
+                f"{k[:-3]}={row[k]:.0f}" if row[k] is not None else f"{k[:-3]}=-" for k in REPORTED), flush=True)
     finally:
         mic.stop.set()
         for n in (rec, synth):
@@ -168,19 +225,26 @@ def main() -> int:
         if server is not None:
             server.__exit__()
     done = [r for r in rows if r["first_audio_ms"] is not None and r["first_audio_ms"] >= 0]
-    summary = {k: {"p50": pct([r[k] for r in done if r[k] >= 0], 50), "p90": pct([r[k] for r in done if r[k] >= 0], 90)}
-               for k in STAGES}
+    by_kind = summarize(rows)
+    summary = {k: {"p50": v["p50"], "p90": v["p90"]} for k, v in summarize(done)["all"].items() if k in STAGES}
     machine = _cpu()
     result = {"machine": machine, "cores": os.cpu_count(), "python": platform.python_version(),
               "backend": {k: v for k, v in updates.items() if k != "backend.base_url"} or "config/assistant.yaml",
-              "llm": "llama-server" if server else "instant (scripted)" if args.instant_llm else "embedded",
+              "llm": "llama-server" if server else "instant moves (scripted)" if args.instant_moves
+              else "instant (scripted)" if args.instant_llm else "embedded",
               "load_avg_1min": [load_before, os.getloadavg()[0]],   # a shared machine's other work shows here
-              "turns": len(rows), "with_audio": len(done), "summary_ms": summary, "rows": rows}
+              "turns": len(rows), "with_audio": len(done), "summary_ms": summary, "by_kind_ms": by_kind,
+              "rows": rows}
     Path(f"{out}.json").write_text(json.dumps(result, indent=1))
     print(f"\n{machine}, {os.cpu_count()} cores, load {load_before:.1f} -> {os.getloadavg()[0]:.1f}; "
           f"{len(done)}/{len(rows)} turns reached first audio")
     for k in STAGES:
         print(f"  {k:18s} p50 {summary[k]['p50']:7.0f}  p90 {summary[k]['p90']:7.0f}")
+    print("per kind, over the turns where the stage happened (n): p50 / p90 ms after the end of speech")
+    print(f"  {'stage':18s} " + "  ".join(f"{g:>20s}" for g in by_kind))
+    for k in REPORTED:
+        print(f"  {k:18s} " + "  ".join(f"{v[k]['p50']:7.0f} / {v[k]['p90']:5.0f} ({v[k]['n']:2d})"
+                                        for v in by_kind.values()))
     _plot(done, f"{out}.png", machine)
     return 0
 
@@ -205,6 +269,9 @@ def _plot(rows: list[dict], path: str, machine: str) -> None:
             if r[k] is not None and r[k] >= 0:
                 ax.barh(y, max(0.0, r[k] - prev), left=prev, color=colors[k], label=k if y == 0 else None)
                 prev = max(prev, r[k])
+        if r.get("first_motion_ms") is not None:  # a tool's motion began (issue 33: the first response)
+            ax.plot(r["first_motion_ms"], y, "k^", ms=5, label="first motion" if "first motion" not in
+                    ax.get_legend_handles_labels()[1] else None)
     ax.set_yticks(range(len(rows)), [f"{r['voice']}: {r['said']}" for r in rows], fontsize=7)
     ax.axvline(1000, color="k", ls="--", lw=0.8)
     ax.set_xlabel("ms after the end of the person's speech")
