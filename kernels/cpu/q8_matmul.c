@@ -517,6 +517,13 @@ static inline float q6_k_p(const uint8_t *wb, const int8_t *xb, float dx, const 
     return block_p(0, hsum_i32(a) - 32 * cor, 0, f16c(wb + 208), 0.0f, dx);
 }
 
+/* the next weight row comes in while this one is multiplied (this thread's rows are contiguous): for verify rows,
+ * where a row's arithmetic is long enough to hide it (one row at a time it measured no gain: the hardware prefetcher
+ * keeps up with a plain stream) */
+static inline void prefetch_row(const uint8_t *p, int64_t rb) {
+    for (int64_t o = 0; o < rb; o += 64) __builtin_prefetch(p + o);
+}
+
 /* R <= 8 weight rows (rb bytes apart) against one row of x, along K: out[r]. Each weight row is read through in turn
  * (one memory stream: interleaving the 8 rows' bytes tripled the time of the cold Q8_0 head), its products kept in
  * pbuf [groups][8 rows][8]; then the rows' trees run side by side as lanes, so their float tails overlap instead of
@@ -525,12 +532,13 @@ static void tile1(int t, const uint8_t *w, int64_t rb, int R, int64_t K, const X
     __m256 acc = _mm256_setzero_ps(), P[8];
     if (!is_k(t)) {
         int64_t nb = K / 32, ng = (nb + 7) / 8;
-        for (int r = 0; r < 8; r++)
+        for (int r = 0; r < 8; r++) {
             for (int64_t g = 0; g < ng; g++)
                 _mm256_storeu_ps(pbuf + (g * 8 + r) * 8,
                                  r >= R ? _mm256_setzero_ps()
                                  : t == Q8_0 ? legacy_p(t, w + r * rb, 8 * g, nb, xq->q, xq->d, xq->s32)
                                              : nib_p(t, w + r * rb, 8 * g, nb, xq->qp, xq->d, xq->s32));
+        }
         for (int64_t g = 0; g < ng; g++) {
             for (int r = 0; r < 8; r++) P[r] = _mm256_loadu_ps(pbuf + (g * 8 + r) * 8);
             acc = _mm256_add_ps(acc, tree8x8(P));
@@ -539,12 +547,13 @@ static void tile1(int t, const uint8_t *w, int64_t rb, int R, int64_t K, const X
         int64_t nb = K / 256, nbp = (nb + 7) / 8 * 8;
         int bytes = t == Q4_K ? 144 : 210;
         memset(pbuf, 0, sizeof(float) * (size_t)(nbp * 8));
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *wb = w + r * rb + b * bytes;
                 pbuf[b * 8 + r] = t == Q4_K ? q4_k_p(wb, xq->q + 256 * b, xq->d[b], xq->h32 + 8 * b)
                                             : q6_k_p(wb, xq->q + 256 * b, xq->d[b], xq->h16 + 16 * b);
             }
+        }
         for (int64_t g = 0; g < nbp; g += 8) {
             for (int i = 0; i < 8; i++) P[i] = _mm256_loadu_ps(pbuf + (g + i) * 8);
             acc = _mm256_add_ps(acc, tree8_rows(P));
@@ -833,9 +842,8 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
             continue;
         }
         if (!unpack_simd(t, wr, K, r)) unpack_scalar(t, wr, K, r);
-        /* the next weight row (this thread's rows are contiguous) comes in while this one meets every row of x: the
-         * unpack's first touch of a row's bytes held a quarter of a verify product's samples */
-        for (int64_t o = 0; o < rb; o += 64) __builtin_prefetch(wr + rb + o);
+        /* the unpack's first touch of a row's bytes held a quarter of a verify product's samples */
+        prefetch_row(wr + rb, rb);
         float lanes[LANES];
         for (int64_t c = 0; c * LANES < M; c++) {
             rows_simd(t, r, K, xq, c, lanes);
