@@ -21,16 +21,19 @@
 /* rms_norm.c (the same library): y = norm(x) * w row by row; in place when y == x */
 int bolt_rms_norm(const float *x, const float *w, const float *r, float *y, int64_t rows, int64_t D, float eps);
 
-/* sum a[i] b[i] in 16 partial sums (which the compiler vectorizes; a single running sum can't be reordered) */
+/* sum a[i] b[i] in 16 partial sums (which the compiler vectorizes; a single running sum can't be reordered), then
+ * pairwise */
 static inline float dot(const float *restrict a, const float *restrict b, int64_t n) {
     float acc[16] = {0};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
-    float s = 0.0f;
-    for (; i < n; i++) s += a[i] * b[i];
-    for (int j = 0; j < 16; j++) s += acc[j];
-    return s;
+    for (; i < n; i++) acc[i % 16] += a[i] * b[i];
+    /* the 16 partial sums pairwise (halves added as vectors): 16 dependent scalar adds were the latency of every key,
+     * and a verify block scores 8 x the keys of a step */
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
 }
 
 /* one head [D]: the first 2P dims rotate, pairs (i, i + P) (neox) or (2i, 2i + 1) (llama's "norm") */
