@@ -17,7 +17,10 @@ from conftest import wait_for
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile
 from test_assistant_fixtures import start, tool_messages
+
+from bolt_ros.nodes.assistant_node import FEEDBACK_DEPTH
 
 LOOK = {"name": "move_head", "arguments": {"yaw": 30, "pitch": 0, "duration": 0.5}}
 LOOK_LEFT = [{"match": "look left", "reply": [{"text": "Looking to my left. "}, {"tool_call": LOOK}],
@@ -64,16 +67,24 @@ def test_converse_action_streams_feedback_and_returns_calls_results_and_stats(ro
     spinner.start()
     client = ActionClient(cnode, Converse, "converse")
     assert client.wait_for_server(timeout_sec=5.0)
-    feedback = []
-    handle = ros.result(client.send_goal_async(Converse.Goal(utterance="are you happy?", enable_thinking=True),
-                                               feedback_callback=lambda f: feedback.append(f.feedback.event)))
+    # the feedback as it is published, from the action's own topic: rclpy's ActionClient drops a goal's feedback
+    # callback once the result is in, and feedback (a topic) and the result (a service reply) may arrive in either
+    # order, so a last sentence's feedback read through the client was lost in busy runs
+    published = []
+    cnode.create_subscription(Converse.Impl.FeedbackMessage, "converse/_action/feedback", published.append,
+                              QoSProfile(depth=FEEDBACK_DEPTH))
+    handle = ros.result(client.send_goal_async(Converse.Goal(utterance="are you happy?", enable_thinking=True)))
     res = ros.result(handle.get_result_async(), timeout=10).result
     assert res.success and res.text == "Yes!" and res.error == ""
     assert [c.name for c in res.tool_calls] == ["play_animation"] and res.tool_results[0].ok
     assert res.stats.tool_rounds == 1 and res.stats.total_ms > 0 and res.stats.completion_tokens > 0
-    # feedback is a topic, the result a service reply: their arrival order is not guaranteed
-    wait_for(lambda: [e.text for e in feedback if e.type == AssistantEvent.SENTENCE] == ["Yes!"], what="feedback")
-    assert {e.type for e in feedback} >= {AssistantEvent.TOOL_CALL, AssistantEvent.TOOL_RESULT, AssistantEvent.STATE}
+
+    def feedback():
+        return [m.feedback.event for m in published if bytes(m.goal_id.uuid) == bytes(handle.goal_id.uuid)]
+
+    wait_for(lambda: [e.text for e in feedback() if e.type == AssistantEvent.SENTENCE] == ["Yes!"], what="feedback")
+    assert {e.type for e in feedback()} >= {AssistantEvent.TOOL_CALL, AssistantEvent.TOOL_RESULT,
+                                            AssistantEvent.STATE}
     assert backend.requests[0]["enable_thinking"] is True
     offered = {t["function"]["name"]: t["function"] for t in backend.requests[0]["tools"]}
     assert "nod" in offered and "dance" in offered  # one tool per animation, from the robot's ListAnimations
