@@ -20,7 +20,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 from test_assistant_fixtures import start, tool_messages
 
-from bolt_ros.nodes.assistant_node import FEEDBACK_DEPTH
+from bolt_ros.nodes.common import FEEDBACK_QOS_DEPTH
 
 LOOK = {"name": "move_head", "arguments": {"yaw": 30, "pitch": 0, "duration": 0.5}}
 LOOK_LEFT = [{"match": "look left", "reply": [{"text": "Looking to my left. "}, {"tool_call": LOOK}],
@@ -72,7 +72,7 @@ def test_converse_action_streams_feedback_and_returns_calls_results_and_stats(ro
     # order, so a last sentence's feedback read through the client was lost in busy runs
     published = []
     cnode.create_subscription(Converse.Impl.FeedbackMessage, "converse/_action/feedback", published.append,
-                              QoSProfile(depth=FEEDBACK_DEPTH))
+                              QoSProfile(depth=FEEDBACK_QOS_DEPTH))
     handle = ros.result(client.send_goal_async(Converse.Goal(utterance="are you happy?", enable_thinking=True)))
     res = ros.result(handle.get_result_async(), timeout=10).result
     assert res.success and res.text == "Yes!" and res.error == ""

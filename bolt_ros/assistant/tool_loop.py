@@ -4,11 +4,10 @@ Bounded: at most `max_tool_rounds` model calls may use tools; the call after tha
 `words_only`: OpenAI's tool_choice "none", a grammar in the embedded engine). A call that repeats one already done
 in the turn (same name and arguments: small models do that after reading the result) never runs again: the model is
 asked once more for words only, so the turn ends in speech rather than in silence (unless it has spoken already),
-and a call written as text (a
-reply that opens with `{` or a call tag) is never spoken. Spoken replies end: after `max_sentences` complete
-sentences in a turn, or at the first sentence that repeats one already spoken in it (small models loop: "I can see
-it. I can see it. ..."), the model call is stopped (its stream closed) and the rest is never spoken. Cancellation
-(barge-in) is checked between streamed events and between tool calls.
+and a call written as text (a reply that opens with `{` or a call tag) is never spoken. Spoken replies end: after
+`max_sentences` complete sentences in a turn, or at the first sentence that repeats one already spoken in it (small
+models loop: "I can see it. I can see it. ..."), the model call is stopped (its stream closed) and the rest is never
+spoken. Cancellation (barge-in) is checked between streamed events and between tool calls.
 Everything the outside world needs (text, sentences for TTS, tool calls and results, state changes, errors) is
 reported through `emit` as it happens.
 """
@@ -270,17 +269,15 @@ class ToolLoop:
         return True
 
     def acknowledge(self, lines: list[str]) -> None:
-        """A motion's goal runs and the robot moves (the tool router calls this from inside call_tool): one of its
-        lines, the first not said in recent turns, is said now rather than after the motion (a dance takes 3 s).
-        Once per round of calls; the state stays `acting`, so the speech sway keeps still while the tool moves the
-        robot. _say_instead then records it, or corrects it if the move fails."""
+        """A motion's goal runs (the router calls this from call_tool at the robot's first feedback): one of its lines,
+        the first not said in recent turns, is said now, not after the motion (a dance takes 3 s); once per round; the
+        state stays `acting` (the sway keeps still). _say_instead then records it, or corrects it if the move fails."""
         if self._turn is None or self._acked is not None or not lines:
             return
         conv, res, cancel = self._turn
         if res.cancelled or res.stopped or cancel.is_set():
             return
-        line = _fresh_line(conv, lines)
-        n = len(res.spoken)
+        line, n = _fresh_line(conv, lines), len(res.spoken)
         self._speak(line, res, model=False)
         if len(res.spoken) > n:
             self._acked = line
@@ -302,10 +299,9 @@ class ToolLoop:
         return True
 
     def _after_acknowledged(self, outcomes: list[ToolOutcome], failed: list[ToolOutcome], res: TurnResult) -> bool:
-        """The motion's line was said as it started (acknowledge): the history gets it as said, followed by a
-        correction if a move then failed with a plain reason ("Sorry, I couldn't do that."). An interrupted move
-        (no plain reason) or a call with no line of its own goes on as without the line: the turn ends in the
-        interruption or in a words round."""
+        """The motion's line was said as it started (acknowledge): the history gets it, then a correction if a move
+        failed with a plain reason ("Sorry, I couldn't do that."); an interrupted move (no plain reason) or a call with
+        no line of its own goes on as without it, to the interruption or a words round."""
         line, self._acked = self._acked, None
         if failed and failed[0].say:
             fix = correction_line(failed[0].say[0])

@@ -18,7 +18,6 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.qos import QoSProfile
 from rclpy.task import Future
 from std_msgs.msg import String
 
@@ -31,7 +30,7 @@ from bolt_ros.assistant.intent import IntentClassifier
 from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult, arguments_json
 from bolt_ros.assistant.tools import ToolRegistry
 from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, ToolCall, ToolResult
-from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, run_nodes, wake_on_done
+from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, FEEDBACK_QOS, run_nodes, wake_on_done
 from bolt_ros.nodes.tool_router import ToolRouter
 
 _KIND = {"text": AssistantEvent.TEXT_DELTA, "sentence": AssistantEvent.SENTENCE, "tool_call": AssistantEvent.TOOL_CALL,
@@ -67,10 +66,6 @@ class Job:
             self.interrupted_by, self.t_cancel = why, time.perf_counter()
             self.cancel.set()
 
-# A turn streams dozens of feedback events (states, calls, results, text deltas, sentences); rclpy's default depth of
-# 10 lets a client that falls behind for a moment (a busy machine) lose the early ones, its tool calls among them
-FEEDBACK_DEPTH = 200
-
 
 class AssistantNode(Node):
     def __init__(self, config: AssistantConfig | None = None, *, backend: ChatBackend | None = None, **node_kwargs):
@@ -96,8 +91,7 @@ class AssistantNode(Node):
         self.create_subscription(String, BARGE_IN_TOPIC, self._on_barge_in, 10, callback_group=group)
         self._server = ActionServer(self, Converse, topics.converse, execute_callback=self._execute,
                                     goal_callback=self._on_goal, cancel_callback=self._on_cancel,
-                                    result_timeout=ACTION_RESULT_TIMEOUT_S,
-                                    feedback_pub_qos_profile=QoSProfile(depth=FEEDBACK_DEPTH),
+                                    result_timeout=ACTION_RESULT_TIMEOUT_S, feedback_pub_qos_profile=FEEDBACK_QOS,
                                     callback_group=group)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         # latency accounting (bench/bench_graph.py reads these): milliseconds

@@ -18,6 +18,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import QoSProfile
 from rclpy.task import Future
 
 from bolt_ros.assistant.config import unflatten
@@ -90,6 +91,10 @@ GIL_SWITCH_INTERVAL_S = 0.0002
 # rclpy's default of 10 s a busy robot's status arrays held hundreds of goals and each message cost its clients
 # 2-3 ms. Clients ask for the result as soon as the goal is accepted, so 2 s is plenty.
 ACTION_RESULT_TIMEOUT_S = 2
+# An action server's feedback depth: a converse turn streams dozens of events (states, calls, results, text deltas,
+# sentences), and with rclpy's default of 10 a client that falls behind for a moment loses the early ones
+FEEDBACK_QOS_DEPTH = 200
+FEEDBACK_QOS = QoSProfile(depth=FEEDBACK_QOS_DEPTH)
 
 
 def tune_interpreter() -> None:

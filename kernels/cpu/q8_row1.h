@@ -1,0 +1,241 @@
+/* q8_matmul: one row of x (decode), along K, from the weight bytes.
+ * Part of q8_matmul.c's one translation unit per level, which includes the parts in order. */
+#ifndef BOLT_Q8_ROW1_H
+#define BOLT_Q8_ROW1_H
+
+#ifdef SIMD
+/* ---- one row of x, along K, from the weight bytes ---------------------------------------------------------- */
+
+/* 8 vectors of 8 block products (lanes: blocks) -> per vector ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)), one per lane
+ * (lanes: the vectors); float addition commutes, so hadd's pairs are the scalar tree's */
+static inline __m256 tree8x8(const __m256 P[8]) {
+    __m256 a = _mm256_hadd_ps(P[0], P[1]), b = _mm256_hadd_ps(P[2], P[3]);
+    __m256 c = _mm256_hadd_ps(P[4], P[5]), d = _mm256_hadd_ps(P[6], P[7]);
+    a = _mm256_hadd_ps(a, b);
+    c = _mm256_hadd_ps(c, d);
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, c, 0x20), _mm256_permute2f128_ps(a, c, 0x31));
+}
+
+/* 8 vectors, lanes: rows -> the same tree per lane */
+static inline __m256 tree8_rows(const __m256 P[8]) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(P[0], P[1]), _mm256_add_ps(P[2], P[3])),
+                         _mm256_add_ps(_mm256_add_ps(P[4], P[5]), _mm256_add_ps(P[6], P[7])));
+}
+
+/* Q4_0, Q5_0, Q8_0, the 8 blocks of group g of one weight row: their products (lanes: blocks). Unsigned codes
+ * (Q8_0 with VNNI: q + 128) times x, the offset off through x's sums per 32 */
+static const uint8_t ZERO_BLOCK[64];  /* past a row's last block: codes, scale and x all zero, so its product is 0 */
+
+static inline __m256 legacy_p(int t, const uint8_t *w, int64_t g, int64_t nb, const int8_t *x, const float *d,
+                              const int32_t *s32) {
+    int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
+#ifdef VNNI
+    int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128, sq = 0;
+#else
+    int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 0, sq = t == Q8_0;
+#endif
+    __m256i v[8];
+    __m128i dh = _mm_setzero_si128();  /* the 8 fp16 scales, converted at once (8 scalar stores then one vector load
+                                          would stall on store forwarding) */
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        int in = g + i < nb;
+        const uint8_t *wb = in ? w + (g + i) * bytes : ZERO_BLOCK;
+        const int8_t *xb = in ? x + 32 * (g + i) : (const int8_t *)ZERO_BLOCK;
+        uint16_t h16;
+        memcpy(&h16, wb, 2);
+        dh = _mm_insert_epi16(dh, h16, i);
+        __m256i xv = _mm256_loadu_si256((const __m256i *)xb);
+        if (t == Q4_0) {
+            v[i] = dot_us(_mm256_setzero_si256(), nibbles32(wb + 2), xv);
+        } else if (t == Q5_0) {
+            v[i] = dot_us(_mm256_setzero_si256(), _mm256_or_si256(nibbles32(wb + 6), fifth_bits(wb + 2)), xv);
+        } else {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(wb + 2));
+            v[i] = sq ? dot_ss(_mm256_setzero_si256(), q, xv)
+                      : dot_us(_mm256_setzero_si256(), _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), xv);
+        }
+    }
+    __m256i isum = hsum8x8(v);
+    if (off) isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(s32 + g)),
+                                                              _mm256_set1_epi32(off)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(d + g)));
+}
+
+/* Q4_0, Q5_0: the 8 blocks of group g, two blocks per instruction: their nibble halves loaded side by side meet x
+ * in pairs (xp, XQ.qp), so one vpdpbusd covers 2 x 16 codes and 4 vectors hold the 8 blocks' lane sums (a third
+ * fewer vector instructions than a block at a time: the 4-bit unpack bounds this product) */
+static inline __m256 nib_p(int t, const uint8_t *w, int64_t g, int64_t nb, const int8_t *xp, const float *d,
+                           const int32_t *s32) {
+    int bytes = t == Q4_0 ? 18 : 22, qs = t == Q4_0 ? 2 : 6, off = t == Q4_0 ? 8 : 16;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256i v[4];
+    __m128i dh = _mm_setzero_si128();
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        int64_t b0 = g + 2 * i, b1 = b0 + 1;
+        const uint8_t *w0 = b0 < nb ? w + b0 * bytes : ZERO_BLOCK, *w1 = b1 < nb ? w + b1 * bytes : ZERO_BLOCK;
+        const int8_t *xb = b0 < nb ? xp + 32 * b0 : (const int8_t *)ZERO_BLOCK;
+        uint16_t h0, h1;
+        memcpy(&h0, w0, 2);
+        memcpy(&h1, w1, 2);
+        dh = _mm_insert_epi16(dh, h0, 2 * i);
+        dh = _mm_insert_epi16(dh, h1, 2 * i + 1);
+        __m256i raw = _mm256_loadu2_m128i((const __m128i *)(w1 + qs), (const __m128i *)(w0 + qs));
+        __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+        if (t == Q5_0) {
+            uint32_t q0, q1;
+            memcpy(&q0, w0 + 2, 4);
+            memcpy(&q1, w1 + 2, 4);
+            lo = _mm256_or_si256(lo, fifth_bits_word((q0 & 0xFFFF) | (q1 << 16)));
+            hi = _mm256_or_si256(hi, fifth_bits_word((q0 >> 16) | (q1 & 0xFFFF0000u)));
+        }
+        v[i] = dot_us(dot_us(_mm256_setzero_si256(), lo, _mm256_loadu_si256((const __m256i *)xb)), hi,
+                      _mm256_loadu_si256((const __m256i *)(xb + 32)));
+    }
+    /* v[i]: lanes 0-3 block 2i, 4-7 block 2i+1 -> [0, 2, 4, 6 | 1, 3, 5, 7] -> blocks in order */
+    __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i isum = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(s32 + g)),
+                                                     _mm256_set1_epi32(off)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(d + g)));
+}
+
+/* Q4_K superblock b: nibbles times x (vpmaddubsw), the 6-bit scales onto the int16 pair sums (vpmaddwd), the mins
+ * through x's sums per 32 */
+static inline float q4_k_p(const uint8_t *wb, const int8_t *xb, float dx, const int16_t *h32b) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    /* the 12 bytes of 6-bit scales and mins -> 8 scale bytes then 8 min bytes, by 32-bit masks and shifts (bits laid
+     * out as k_scale_min reads them) */
+    uint32_t u[4];
+    memcpy(u, wb + 4, 12);
+    uint32_t mins_hi = ((u[2] >> 4) & 0x0F0F0F0F) | (((u[1] >> 6) & 0x03030303) << 4);
+    uint32_t mins_lo = u[1] & 0x3F3F3F3F;
+    uint32_t sc_hi = (u[2] & 0x0F0F0F0F) | (((u[0] >> 6) & 0x03030303) << 4);
+    uint32_t sc_lo = u[0] & 0x3F3F3F3F;
+    __m256i sm = _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mins_lo, (int)mins_hi));
+    __m128i sc8 = _mm256_castsi256_si128(sm);  /* int16 scales 0..7 */
+    __m256i scb = _mm256_broadcastsi128_si256(sc8);
+    __m256i a = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(wb + 16 + 32 * k));
+        __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, low), _mm256_loadu_si256((const __m256i *)(xb + 64 * k)));
+        __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
+                                          _mm256_loadu_si256((const __m256i *)(xb + 64 * k + 32)));
+        /* int16 scale 2k (then 2k + 1) in every lane: bytes 4k, 4k + 1 (4k + 2, 4k + 3) of the scales */
+        __m256i s0 = _mm256_shuffle_epi8(scb, _mm256_set1_epi16((short)(0x0100 * (4 * k + 1) + 4 * k)));
+        __m256i s1 = _mm256_shuffle_epi8(scb, _mm256_set1_epi16((short)(0x0100 * (4 * k + 3) + 4 * k + 2)));
+        a = madd_acc(a, p0, s0);
+        a = madd_acc(a, p1, s1);
+    }
+    int32_t js = -hsum_i32_128(_mm_madd_epi16(_mm256_extracti128_si256(sm, 1), _mm_loadu_si128((const __m128i *)h32b)));
+    return block_p(1, hsum_i32(a), js, f16c(wb), f16c(wb + 2), dx);
+}
+
+/* Q6_K superblock: 6-bit codes (0..63) times x, the int8 scales per 16 onto the pair sums, the -32 through x's sums
+ * per 16 */
+static inline float q6_k_p(const uint8_t *wb, const int8_t *xb, float dx, const int16_t *h16b) {
+    const int8_t *s8 = (const int8_t *)(wb + 192);
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s8));  /* the 16 scales */
+    __m256i a = _mm256_setzero_si256();
+    for (int half = 0; half < 2; half++) {
+        __m256i codes[4];
+        q6_k_codes(wb, half, codes);
+        for (int k = 0; k < 4; k++) {
+            int j = 4 * half + k;  /* 32 codes: sub-blocks 2j (int16 lanes 0-7) and 2j+1 (8-15) */
+            __m256i u = codes[k];
+            __m256i pr = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(xb + 32 * j)));
+            __m256i scales = _mm256_set_m128i(_mm_set1_epi16((short)s8[2 * j + 1]), _mm_set1_epi16((short)s8[2 * j]));
+            a = madd_acc(a, pr, scales);
+        }
+    }
+    int32_t cor = hsum_i32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)h16b)));
+    return block_p(0, hsum_i32(a) - 32 * cor, 0, f16c(wb + 208), 0.0f, dx);
+}
+
+/* the next weight row comes in while this one is multiplied (this thread's rows are contiguous): for verify rows,
+ * where a row's arithmetic is long enough to hide it (one row at a time it measured no gain: the hardware prefetcher
+ * keeps up with a plain stream) */
+static inline void prefetch_row(const uint8_t *p, int64_t rb) {
+    for (int64_t o = 0; o < rb; o += 64) __builtin_prefetch(p + o);
+}
+
+/* R <= 8 weight rows (rb bytes apart) against one row of x, along K: out[r]. Each weight row is read through in turn
+ * (one memory stream: interleaving the 8 rows' bytes tripled the time of the cold Q8_0 head), its products kept in
+ * pbuf [groups][8 rows][8]; then the rows' trees run side by side as lanes, so their float tails overlap instead of
+ * queueing (one row at a time, the chain of group sums was a quarter of a Q5_0 decode product's time). */
+static void tile1(int t, const uint8_t *w, int64_t rb, int R, int64_t K, const XQ *xq, float *pbuf, float *out) {
+    __m256 acc = _mm256_setzero_ps(), P[8];
+    if (!is_k(t)) {
+        int64_t nb = K / 32, ng = (nb + 7) / 8;
+        for (int r = 0; r < 8; r++) {
+            for (int64_t g = 0; g < ng; g++)
+                _mm256_storeu_ps(pbuf + (g * 8 + r) * 8,
+                                 r >= R ? _mm256_setzero_ps()
+                                 : t == Q8_0 ? legacy_p(t, w + r * rb, 8 * g, nb, xq->q, xq->d, xq->s32)
+                                             : nib_p(t, w + r * rb, 8 * g, nb, xq->qp, xq->d, xq->s32));
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            for (int r = 0; r < 8; r++) P[r] = _mm256_loadu_ps(pbuf + (g * 8 + r) * 8);
+            acc = _mm256_add_ps(acc, tree8x8(P));
+        }
+    } else {
+        int64_t nb = K / 256, nbp = (nb + 7) / 8 * 8;
+        int bytes = t == Q4_K ? 144 : 210;
+        memset(pbuf, 0, sizeof(float) * (size_t)(nbp * 8));
+        for (int r = 0; r < R; r++) {
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *wb = w + r * rb + b * bytes;
+                pbuf[b * 8 + r] = t == Q4_K ? q4_k_p(wb, xq->q + 256 * b, xq->d[b], xq->h32 + 8 * b)
+                                            : q6_k_p(wb, xq->q + 256 * b, xq->d[b], xq->h16 + 16 * b);
+            }
+        }
+        for (int64_t g = 0; g < nbp; g += 8) {
+            for (int i = 0; i < 8; i++) P[i] = _mm256_loadu_ps(pbuf + (g + i) * 8);
+            acc = _mm256_add_ps(acc, tree8_rows(P));
+        }
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    memcpy(out, o, (size_t)R * sizeof(float));
+}
+
+/* the other types: from the unpacked row, signed codes times x */
+static float row1_unpacked(int t, const Row *r, int64_t K, const int8_t *x, const float *d, const int16_t *h32) {
+    int64_t nb = K / block_len(t);
+    int sl = is_k(t) ? sub_len(t) : 32, mins = has_min(t);
+    float acc = 0.0f, p[8];
+    for (int64_t g = 0; g < nb; g += 8) {
+        for (int i = 0; i < 8; i++) {
+            int64_t b = g + i;
+            if (b >= nb) {
+                p[i] = 0.0f;
+                continue;
+            }
+            int32_t is = 0, js = 0;
+            for (int64_t e = block_len(t) * b; e < block_len(t) * (b + 1); e += 32) {
+                __m256i dot = dot_ss(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)(r->q + e)),
+                                     _mm256_loadu_si256((const __m256i *)(x + e)));
+                if (!is_k(t)) {
+                    is += hsum_i32(dot);
+                } else if (sl == 32) {
+                    is += r->sc[e / 32] * hsum_i32(dot);
+                } else {  /* lanes 0-3: the first 16, 4-7: the next 16 */
+                    __m256i sv = _mm256_set_m128i(_mm_set1_epi32(r->sc[e / 16 + 1]), _mm_set1_epi32(r->sc[e / 16]));
+                    is += hsum_i32(_mm256_mullo_epi32(dot, sv));
+                }
+            }
+            if (t == Q4_1 || t == Q5_1) js = h32[b];
+            if (t == Q4_K || t == Q5_K)
+                for (int j = 0; j < 8; j++) js -= r->mn[8 * b + j] * h32[8 * b + j];
+            p[i] = block_p(mins, is, js, r->dw[b], r->mw[b], d[b]);
+        }
+        acc = acc + tree8(p);
+    }
+    return acc;
+}
+
+#endif /* SIMD */
+
+#endif
