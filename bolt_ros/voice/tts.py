@@ -30,16 +30,20 @@ class Synthesizer(Protocol):
 
 
 class PiperTts:
-    def __init__(self, model: str = ""):
+    def __init__(self, model: str = "", *, still: bool = False):
+        """still: without the voice's sampling noise (noise_scale = noise_w = 0), so a text always renders to the same
+        audio: for tests whose verdict must not depend on the rendering (Piper draws a new one every call)."""
         from piper import PiperVoice
+        from piper.config import SynthesisConfig
 
         from bolt_ros.voice.models import piper_files
         onnx, config = (model, f"{model}.json") if model else piper_files()
         self.voice = PiperVoice.load(onnx, config_path=config)
         self.rate = int(self.voice.config.sample_rate)
+        self.syn_config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0) if still else None
 
     def synthesize(self, text: str) -> Pcm:
-        chunks = [c.audio_int16_array for c in self.voice.synthesize(text)]
+        chunks = [c.audio_int16_array for c in self.voice.synthesize(text, syn_config=self.syn_config)]
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
         return Pcm(samples.astype(np.int16, copy=False), self.rate)
 
