@@ -22,43 +22,30 @@ static inline __m256 tree8_rows(const __m256 P[8]) {
                          _mm256_add_ps(_mm256_add_ps(P[4], P[5]), _mm256_add_ps(P[6], P[7])));
 }
 
-/* Q4_0, Q5_0, Q8_0, the 8 blocks of group g of one weight row: their products (lanes: blocks). Unsigned codes
- * (Q8_0 with VNNI: q + 128) times x, the offset off through x's sums per 32 */
 static const uint8_t ZERO_BLOCK[64];  /* past a row's last block: codes, scale and x all zero, so its product is 0 */
 
-static inline __m256 legacy_p(int t, const uint8_t *w, int64_t g, int64_t nb, const int8_t *x, const float *d,
-                              const int32_t *s32) {
-    int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
-#ifdef VNNI
-    int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128, sq = 0;
-#else
-    int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 0, sq = t == Q8_0;
-#endif
+/* Q8_0, the 8 blocks of group g of one weight row: their products (lanes: blocks). With VNNI the codes go in as
+ * q + 128 (unsigned), the 128 coming off through x's sums per 32; AVX2 multiplies them signed */
+static inline __m256 q8_0_p(const uint8_t *w, int64_t g, int64_t nb, const int8_t *x, const float *d,
+                            const int32_t *s32) {
     __m256i v[8];
     __m128i dh = _mm_setzero_si128();  /* the 8 fp16 scales, converted at once (8 scalar stores then one vector load
                                           would stall on store forwarding) */
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) {
         int in = g + i < nb;
-        const uint8_t *wb = in ? w + (g + i) * bytes : ZERO_BLOCK;
+        const uint8_t *wb = in ? w + (g + i) * 34 : ZERO_BLOCK;
         const int8_t *xb = in ? x + 32 * (g + i) : (const int8_t *)ZERO_BLOCK;
         uint16_t h16;
         memcpy(&h16, wb, 2);
         dh = _mm_insert_epi16(dh, h16, i);
-        __m256i xv = _mm256_loadu_si256((const __m256i *)xb);
-        if (t == Q4_0) {
-            v[i] = dot_us(_mm256_setzero_si256(), nibbles32(wb + 2), xv);
-        } else if (t == Q5_0) {
-            v[i] = dot_us(_mm256_setzero_si256(), _mm256_or_si256(nibbles32(wb + 6), fifth_bits(wb + 2)), xv);
-        } else {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(wb + 2));
-            v[i] = sq ? dot_ss(_mm256_setzero_si256(), q, xv)
-                      : dot_us(_mm256_setzero_si256(), _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), xv);
-        }
+        __m256i q = _mm256_loadu_si256((const __m256i *)(wb + 2)), xv = _mm256_loadu_si256((const __m256i *)xb);
+        v[i] = SIGNED_Q8 ? dot_ss(_mm256_setzero_si256(), q, xv)
+                         : dot_us(_mm256_setzero_si256(), _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), xv);
     }
     __m256i isum = hsum8x8(v);
-    if (off) isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(s32 + g)),
-                                                              _mm256_set1_epi32(off)));
+    if (!SIGNED_Q8)  /* the codes went in as q + 128 */
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(s32 + g)), 7));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(d + g)));
 }
 
@@ -173,7 +160,7 @@ static void tile1(int t, const uint8_t *w, int64_t rb, int R, int64_t K, const X
             for (int64_t g = 0; g < ng; g++)
                 _mm256_storeu_ps(pbuf + (g * 8 + r) * 8,
                                  r >= R ? _mm256_setzero_ps()
-                                 : t == Q8_0 ? legacy_p(t, w + r * rb, 8 * g, nb, xq->q, xq->d, xq->s32)
+                                 : t == Q8_0 ? q8_0_p(w + r * rb, 8 * g, nb, xq->q, xq->d, xq->s32)
                                              : nib_p(t, w + r * rb, 8 * g, nb, xq->qp, xq->d, xq->s32));
         }
         for (int64_t g = 0; g < ng; g++) {
