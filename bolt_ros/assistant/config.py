@@ -134,6 +134,11 @@ class AssistantConfig(_Strict):
     memory_replies: bool = True
     memory_keeps_last_call: bool = False       # memory mode: the last turn's call shown as the model wrote it
     prefill_between_turns: bool = True         # idle: prefill the next turn's prompt up to the person's words
+    # on speech/speculative (the ASR at the person's pause, before the turn ends): decide the intent and prefill
+    # their message now, kept when the final transcript is the same words (issue 33, assistant/priming.py)
+    speculative_start: bool = True
+    # a reply's first unit to TTS: a clause of this many words ending at a comma, else ~8 words (0: whole sentences)
+    first_clause_words: int = Field(4, ge=0)
     max_tool_rounds: int = Field(3, ge=0)      # model calls that may request tools; the next one gets no tools
     max_sentences: int = Field(3, ge=0)        # a turn stops after this many spoken sentences (0 = no limit)
     # a motion's own line (ToolSpec.say) is said as the robot starts moving, not after the motion (issue 33)

@@ -24,7 +24,7 @@ from typing import Literal
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
 from bolt_ros.assistant.reply_text import CALL_AS_TEXT, ngrams, norm, said_before, unaddress, unframe
-from bolt_ros.assistant.sentences import SentenceSplitter
+from bolt_ros.assistant.sentences import SentenceSplitter, sentence_count
 from bolt_ros.assistant.tools import ToolOutcome, correction_line
 
 EventKind = Literal["text", "thought", "sentence", "tool_call", "tool_result", "state", "error"]
@@ -159,7 +159,7 @@ class ToolLoop:
     def _model_call(self, conv, res, tools, enable_thinking, cancel, t0, *,
                     words_only: bool = False) -> list[ToolCallRequest]:
         self._set_state(THINKING)
-        splitter, text, calls = SentenceSplitter(), [], []
+        splitter, text, calls = SentenceSplitter(first_clause=getattr(self, "first_clause", 0)), [], []
         n_spoken, self._reworded, self._held = len(res.spoken), False, None
         if not res.t_request:
             res.t_request = time.perf_counter()
@@ -263,7 +263,7 @@ class ToolLoop:
             return False
         res.spoken.append(sentence)
         self.emit(LoopEvent("sentence", sentence))
-        if self.max_sentences and len(res.spoken) >= self.max_sentences:
+        if self.max_sentences and sentence_count(res.spoken) >= self.max_sentences:  # a first clause: no sentence
             res.stopped = "max_sentences"
             return False
         return True

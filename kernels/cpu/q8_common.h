@@ -26,9 +26,19 @@
 #define VNNI 1
 #endif
 #endif
-/* rows per rows-as-lanes chunk: one ymm of int32. A zmm of 16 was slower for 8 rows on a Zen 5 EPYC (Q5_0 4864x896,
- * 1 thread: 0.70 vs 0.55 ms), and 8 is the usual verify block; 16 rows are two chunks over one unpacked row. */
+/* rows per rows-as-lanes chunk: 8, the usual verify block; 16 rows are two chunks over one unpacked row. A zmm of 16
+ * rows was slower for 8 rows on a Zen 5 EPYC (Q5_0 4864x896, 1 thread: 0.70 vs 0.55 ms): half its lanes idle. With
+ * AVX-512 a zmm instead holds two weight rows (PAIR): lane 2l is x row l times weight row A, lane 2l + 1 the same x
+ * row times row B, so one vpdpbusd does 64 multiply-adds for the same two loads (a broadcast 8-byte group of both
+ * rows' codes, and x's group with each row twice) that a ymm spends on 32. */
 #define LANES 8
+#if defined(SIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define PAIR 1
+#define DUP 2
+#else
+#define DUP 1
+#endif
+#define XLANES (LANES * DUP)  /* int32 lanes of one x group in the rows-as-lanes layout */
 
 static int is_k(int t) { return t == Q4_K || t == Q5_K || t == Q6_K; }
 static int has_min(int t) { return t == Q4_1 || t == Q5_1 || t == Q4_K || t == Q5_K; }
@@ -122,7 +132,7 @@ static inline int32_t hsum_i32_128(__m128i t) {
 
 /* Q6_K: the 128 6-bit codes (0..63) of half `half` (0, 1) of the superblock at w, as 4 vectors of 32 (elements
  * 128 half + 32 k + l: the low 4 bits from ql, bits 2k..2k+1 of qh[l] on top) */
-static inline void q6_k_codes(const uint8_t *w, int half, __m256i u[4]) {
+static inline __attribute__((always_inline)) void q6_k_codes(const uint8_t *w, int half, __m256i u[4]) {
     const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
     const uint8_t *ql = w + 64 * half, *qh = w + 128 + 32 * half;
     __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));

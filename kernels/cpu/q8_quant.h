@@ -25,9 +25,10 @@ static void quantize_row(const float *x, int64_t n, int bs, int8_t *q, float *d)
 
 /* One quantized x (blocks of bs = 32 or 256). Per row: q [M][K], d [M][nbp] (nbp: blocks rounded up to 8, padding
  * zero), sums of q per 32 s32 [M][n32p] (int32, padded like d) and as int16 h32 [M][K/32], per 16 h16 [M][K/16].
- * Several rows also rows-as-lanes, padded rows zero: qt [chunks][K/4][LANES] (4 bytes per int32), dt
- * [chunks][nbp][LANES], s32t [chunks][K/32][LANES], and h32t [chunks][K/64][LANES] (two int16 sums per int32).
- * h16t [chunks][K/32][LANES] holds the sums per 16 the same way. */
+ * Several rows also rows-as-lanes, padded rows zero: qt [chunks][K/4][XLANES] (4 bytes per int32), dt
+ * [chunks][nbp][XLANES], s32t [chunks][K/32][XLANES], and h32t [chunks][K/64][XLANES] (two int16 sums per int32).
+ * h16t [chunks][K/32][XLANES] holds the sums per 16 the same way. Row l of a chunk is lane l, or lanes 2l and 2l + 1
+ * where a zmm meets two weight rows (DUP = 2). */
 typedef struct {
     int64_t nbp, n32p;
     int8_t *q, *qp;
@@ -43,17 +44,17 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
     o->nbp = (K / bs + 7) / 8 * 8;
     o->n32p = (K / 32 + 7) / 8 * 8;
     int64_t ch = (M + LANES - 1) / LANES;
-    o->q = malloc((size_t)(M * K));
+    o->q = aligned_alloc(64, (size_t)(M * K + 63) / 64 * 64);  /* a 32-byte load never splits a cache line */
     o->d = calloc((size_t)(M * o->nbp), sizeof(float));
     o->s32 = calloc((size_t)(M * o->n32p), sizeof(int32_t));
     o->h32 = malloc(sizeof(int16_t) * (size_t)(M * (K / 32)));
     o->h16 = malloc(sizeof(int16_t) * (size_t)(M * (K / 16)));
     if (M > 1) {
-        o->qt = calloc((size_t)(ch * (K / 4) * LANES), sizeof(int32_t));
-        o->dt = calloc((size_t)(ch * o->nbp * LANES), sizeof(float));
-        o->s32t = calloc((size_t)(ch * (K / 32) * LANES), sizeof(int32_t));
-        o->h32t = calloc((size_t)(ch * (K / 64 + 1) * LANES), sizeof(int32_t));
-        o->h16t = calloc((size_t)(ch * (K / 32) * LANES), sizeof(int32_t));
+        o->qt = calloc((size_t)(ch * (K / 4) * XLANES), sizeof(int32_t));
+        o->dt = calloc((size_t)(ch * o->nbp * XLANES), sizeof(float));
+        o->s32t = calloc((size_t)(ch * (K / 32) * XLANES), sizeof(int32_t));
+        o->h32t = calloc((size_t)(ch * (K / 64 + 1) * XLANES), sizeof(int32_t));
+        o->h16t = calloc((size_t)(ch * (K / 32) * XLANES), sizeof(int32_t));
     }
     if (M == 1 && bs == 32) o->qp = calloc((size_t)((K / 32 + 1) / 2 * 64), 1);
     if (!o->q || !o->d || !o->s32 || !o->h32 || !o->h16
@@ -80,24 +81,26 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
             for (int j = 0; j < 32; j++)
                 o->qp[64 * (b / 2) + 32 * (j / 16) + 16 * (b % 2) + j % 16] = o->q[32 * b + j];
     if (M > 1)
-        for (int64_t m = 0; m < M; m++) {
-            int64_t c = m / LANES, l = m % LANES;
-            for (int64_t k4 = 0; k4 < K / 4; k4++) {
-                uint32_t v;
-                memcpy(&v, o->q + m * K + 4 * k4, 4);
-                o->qt[(c * (K / 4) + k4) * LANES + l] = (int32_t)v;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t l = m % LANES * DUP; l < (m % LANES + 1) * DUP; l++) {
+                int64_t c = m / LANES;
+                for (int64_t k4 = 0; k4 < K / 4; k4++) {
+                    uint32_t v;
+                    memcpy(&v, o->q + m * K + 4 * k4, 4);
+                    o->qt[(c * (K / 4) + k4) * XLANES + l] = (int32_t)v;
+                }
+                for (int64_t b = 0; b < K / bs; b++) o->dt[(c * o->nbp + b) * XLANES + l] = o->d[m * o->nbp + b];
+                for (int64_t i = 0; i < K / 32; i++)
+                    o->s32t[(c * (K / 32) + i) * XLANES + l] = o->s32[m * o->n32p + i];
+                for (int64_t i = 0; i < K / 64; i++) {
+                    const int16_t *h = o->h32 + m * (K / 32) + 2 * i;
+                    o->h32t[(c * (K / 64) + i) * XLANES + l] = pair16(h[0], h[1]);
+                }
+                for (int64_t i = 0; i < K / 32; i++) {
+                    const int16_t *h = o->h16 + m * (K / 16) + 2 * i;
+                    o->h16t[(c * (K / 32) + i) * XLANES + l] = pair16(h[0], h[1]);
+                }
             }
-            for (int64_t b = 0; b < K / bs; b++) o->dt[(c * o->nbp + b) * LANES + l] = o->d[m * o->nbp + b];
-            for (int64_t i = 0; i < K / 32; i++) o->s32t[(c * (K / 32) + i) * LANES + l] = o->s32[m * o->n32p + i];
-            for (int64_t i = 0; i < K / 64; i++) {
-                const int16_t *h = o->h32 + m * (K / 32) + 2 * i;
-                o->h32t[(c * (K / 64) + i) * LANES + l] = pair16(h[0], h[1]);
-            }
-            for (int64_t i = 0; i < K / 32; i++) {
-                const int16_t *h = o->h16 + m * (K / 16) + 2 * i;
-                o->h16t[(c * (K / 32) + i) * LANES + l] = pair16(h[0], h[1]);
-            }
-        }
     return 0;
 }
 

@@ -152,7 +152,8 @@ static inline void prefetch_row(const uint8_t *p, int64_t rb) {
  * (one memory stream: interleaving the 8 rows' bytes tripled the time of the cold Q8_0 head), its products kept in
  * pbuf [groups][8 rows][8]; then the rows' trees run side by side as lanes, so their float tails overlap instead of
  * queueing (one row at a time, the chain of group sums was a quarter of a Q5_0 decode product's time). */
-static void tile1(int t, const uint8_t *w, int64_t rb, int R, int64_t K, const XQ *xq, float *pbuf, float *out) {
+static inline __attribute__((always_inline)) void tile1(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
+                                                        const XQ *xq, float *pbuf, float *out) {
     __m256 acc = _mm256_setzero_ps(), P[8];
     if (!is_k(t)) {
         int64_t nb = K / 32, ng = (nb + 7) / 8;

@@ -137,48 +137,54 @@ __attribute__((unused)) static float row1_scalar(int t, const Row *r, int64_t K,
 #ifdef SIMD
 /* the vectorized unpackers (the others take the scalar one). The 32-blocks' codes stay unsigned (u: Q4_0 0..15,
  * Q5_0 0..31, Q8_0 q + 128, Q6_K 0..63) with their offset taken off through x's sums. */
+/* the 32 codes of the Q4_0 / Q5_0 / Q8_0 block at w: unsigned (AVX2's Q8_0: signed), the offset through x */
+static inline __m256i legacy_codes(int t, const uint8_t *w) {
+    return t == Q4_0 ? nibbles32(w + 2)
+         : t == Q5_0 ? _mm256_or_si256(nibbles32(w + 6), fifth_bits(w + 2))
+                     : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 2)),
+                                        _mm256_set1_epi8(SIGNED_Q8 ? 0 : (char)0x80));
+}
+
+/* Q4_K / Q6_K superblock sb at w: its 256 codes as 8 vectors of 32 in element order (Q4_K 0..15, Q6_K 0..63) into
+ * c, its scalars into r at sb */
+static inline void k_superblock(int t, const uint8_t *w, int64_t sb, Row *r, __m256i c[8]) {
+    if (t == Q4_K) {
+        const __m256i low = _mm256_set1_epi8(0x0F);
+        r->dw[sb] = f16c(w);
+        r->mw[sb] = f16c(w + 2);
+        for (int g = 0; g < 4; g++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * g));
+            c[2 * g] = _mm256_and_si256(v, low);
+            c[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        }
+        k_scales(w, sb, r);
+        return;
+    }
+    r->dw[sb] = f16c(w + 208);
+    r->mw[sb] = 0.0f;
+    q6_k_codes(w, 0, c);
+    q6_k_codes(w, 1, c + 4);
+    const int8_t *s8 = (const int8_t *)(w + 192);
+    for (int i = 0; i < 16; i++) r->sc[16 * sb + i] = s8[i];
+    for (int i = 0; i < 8; i++) r->scp[8 * sb + i] = pair16(s8[2 * i], s8[2 * i + 1]);
+}
+
 static int unpack_simd(int t, const uint8_t *w, int64_t K, Row *r) {
     int8_t *u = r->q;
-    if (t == Q4_0 || t == Q5_0 || t == Q8_0) {  /* unsigned codes (AVX2's Q8_0: signed), the offset through x */
+    if (t == Q4_0 || t == Q5_0 || t == Q8_0) {
         int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
         for (int64_t b = 0; b < K / 32; b++, w += bytes, u += 32) {
             r->dw[b] = f16c(w);
             r->mw[b] = 0.0f;
-            __m256i c = t == Q4_0 ? nibbles32(w + 2)
-                      : t == Q5_0 ? _mm256_or_si256(nibbles32(w + 6), fifth_bits(w + 2))
-                                  : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 2)),
-                                                     _mm256_set1_epi8(SIGNED_Q8 ? 0 : (char)0x80));
-            _mm256_storeu_si256((__m256i *)u, c);
+            _mm256_storeu_si256((__m256i *)u, legacy_codes(t, w));
         }
         return 1;
     }
-    if (t == Q4_K) {
-        const __m256i low = _mm256_set1_epi8(0x0F);
-        for (int64_t sb = 0; sb < K / 256; sb++, w += 144, u += 256) {
-            r->dw[sb] = f16c(w);
-            r->mw[sb] = f16c(w + 2);
-            for (int g = 0; g < 4; g++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * g));
-                _mm256_storeu_si256((__m256i *)(u + 64 * g), _mm256_and_si256(v, low));
-                _mm256_storeu_si256((__m256i *)(u + 64 * g + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
-            }
-            k_scales(w, sb, r);
-        }
-        return 1;
-    }
-    if (t == Q6_K) {
-        for (int64_t sb = 0; sb < K / 256; sb++, w += 210, u += 256) {
-            r->dw[sb] = f16c(w + 208);
-            r->mw[sb] = 0.0f;
-            for (int half = 0; half < 2; half++) {
-                __m256i codes[4];
-                q6_k_codes(w, half, codes);
-                for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(u + 128 * half + 32 * k), codes[k]);
-            }
-            const int8_t *s8 = (const int8_t *)(w + 192);
-            for (int i = 0; i < 16; i++) r->sc[16 * sb + i] = s8[i];
-            for (int i = 0; i < 8; i++)
-                r->scp[8 * sb + i] = pair16(s8[2 * i], s8[2 * i + 1]);
+    if (t == Q4_K || t == Q6_K) {
+        for (int64_t sb = 0; sb < K / 256; sb++, w += t == Q4_K ? 144 : 210, u += 256) {
+            __m256i c[8];
+            k_superblock(t, w, sb, r, c);
+            for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(u + 32 * k), c[k]);
         }
         return 1;
     }
