@@ -199,7 +199,7 @@ def test_the_graph_adds_the_voice_nodes_for_device_or_robot_audio(tmp_path):
     procs = {p.executable: p for p in describe_graph(parse_arguments({"voice": "true", "audio": "topic"}))}
     rec, syn = procs["speech_recognizer"].parameters, procs["speech_synthesizer"].parameters
     assert rec["source"] == "topic" and rec["topics.audio_in"] == "audio/in" and syn["output"] == "topic"
-    assert rec["vad.end_of_turn_ms"] == 400 and syn["voice"] == "piper"   # config/voice.yaml, complete
+    assert rec["vad.end_of_turn_ms"] == 352 and syn["voice"] == "piper"   # config/voice.yaml, complete
     assert procs["speech_motion"].parameters["sway.pitch_deg"] == 4.0
     procs = {p.executable: p for p in describe_graph(parse_arguments({"voice": "true"}))}
     assert procs["speech_recognizer"].parameters["source"] == "microphone"

@@ -25,6 +25,7 @@ from bolt_ros.voice.audio import MODEL_RATE, AudioError, Resampler, check_format
 from bolt_ros.voice.config import RecognizerConfig
 from bolt_ros.voice.echo import EchoGate
 from bolt_ros.voice.echo_suppress import EchoSuppressor
+from bolt_ros.voice.turn_end import reads_unfinished
 from bolt_ros.voice.vad import EndOfTurn, Framer, Onset, Pause, Resume, SileroVad, TurnSegmenter
 
 BLOCK_MS = 32            # microphone / WAV blocks
@@ -46,11 +47,13 @@ class SpeechRecognizer(Node):
         self.gate = EchoGate(cfg.echo)
         self.suppressor = EchoSuppressor(cfg.echo)
         self.segmenter = TurnSegmenter(cfg.vad)
+        self.segmenter.wait_for_words = True   # the pause's speculative words decide an early end (turn_end.py)
         self._framer, self._resampler = Framer(), None
         t = cfg.topics
         self._transcript_pub = self.create_publisher(String, t.transcript, 10)
         self._events_pub = self.create_publisher(AudioEvent, t.events, 50)
         self._barge_pub = self.create_publisher(String, t.barge_in, 10)
+        self._spec_pub = self.create_publisher(String, t.speculative, 10)
         self.create_subscription(AudioChunk, t.playback, self._on_playback, 100)
         if cfg.source == "topic":
             self.create_subscription(AudioChunk, t.audio_in, self._on_audio, 100)
@@ -62,7 +65,7 @@ class SpeechRecognizer(Node):
         self._turns_in_asr = 0                 # ended turns whose transcript is not out yet
         self._feeding = False                  # the audio thread is on a block
         self.counts = {"blocks": 0, "transcripts": 0, "empty": 0, "barge_ins": 0, "bad_blocks": 0, "dropped_s": 0.0,
-                       "late_reference_frames": 0}
+                       "late_reference_frames": 0, "speculative": 0, "unfinished": 0}
         self._loop = NodeLoop(self._process, "speech-recognizer").start()
         self._source = None
         try:
@@ -71,7 +74,8 @@ class SpeechRecognizer(Node):
             self.destroy_node()
             raise
         self.get_logger().info(f"speech recognizer ready: source {cfg.source}, end of turn after "
-                               f"{cfg.vad.end_of_turn_ms} ms of silence, barge-in {'on' if cfg.barge_in else 'off'}")
+                               f"{cfg.vad.end_of_turn_ms} ms of silence ({cfg.vad.unfinished_end_ms} ms after "
+                               f"unfinished words), barge-in {'on' if cfg.barge_in else 'off'}")
 
     def _open_source(self):
         cfg = self.config
@@ -131,11 +135,17 @@ class SpeechRecognizer(Node):
         while not stopping.is_set():
             try:
                 x, rate, t = self._blocks.get(timeout=0.1)
-            except queue.Empty:
+            except queue.Empty:   # no audio for 0.1 s (a WAV ended, a driver stopped): a silent turn may end
+                for ev in self.segmenter.poll(idle=True):
+                    self._on_segment_event(ev)
                 continue
             self._feeding = True
-            self._queued_s = max(0.0, self._queued_s - len(x) / rate)
             try:
+                if x is None:   # the pause's words are in (_on_speculative): the turn may end before the next frame
+                    for ev in self.segmenter.poll():
+                        self._on_segment_event(ev)
+                    continue
+                self._queued_s = max(0.0, self._queued_s - len(x) / rate)
                 self.feed(x, rate, t)
             except Exception as e:  # never let the audio thread die: report and go on with the next block
                 self._error(f"audio processing failed: {type(e).__name__}: {e}")
@@ -163,7 +173,8 @@ class SpeechRecognizer(Node):
                 self._event(AudioEvent.BARGE_IN, audio_time=ev.t_start)
                 self.get_logger().info("barge-in: the person speaks over the robot")
         elif isinstance(ev, Pause):
-            self._spec = self._asr_pool.submit(self._transcribe, ev.audio, ev.t_end, self._prompt)
+            self._spec = fut = self._asr_pool.submit(self._transcribe, ev.audio, ev.t_end, self._prompt)
+            fut.add_done_callback(self._on_speculative)
         elif isinstance(ev, Resume):
             if self._spec is not None:
                 self._spec.cancel()   # stale: the person went on
@@ -175,6 +186,20 @@ class SpeechRecognizer(Node):
             seconds = len(ev.audio) / 16000
             self._turns_in_asr += 1
             fut.add_done_callback(lambda f: self._publish_transcript(f, seconds))
+
+    def _on_speculative(self, fut: Future) -> None:
+        """The ASR thread: the pause's words are in while the turn is still open: the segmenter may end it early if
+        they read finished (turn_end.py), and the assistant may start on them (speech/speculative)."""
+        if fut.cancelled() or fut is not self._spec or fut.exception() is not None:
+            return
+        text = fut.result()
+        unfinished = reads_unfinished(text)
+        self.counts["unfinished"] += unfinished
+        self.segmenter.words_finished = not unfinished
+        self._blocks.put((None, 0, 0.0))   # the audio thread decides at once, not at the next frame
+        if text and fut is self._spec:
+            self.counts["speculative"] += 1
+            self._spec_pub.publish(String(data=text))
 
     def _transcribe(self, audio: np.ndarray, t_end: float, prompt: bool) -> str:
         """The ASR thread: a turn's audio (ending at t_end) with the robot's voice taken out, to words."""

@@ -119,8 +119,16 @@ class SpeechSynthesizer(Node):
 
     def _on_audio_event(self, ev: AudioEvent) -> None:
         if ev.type == AudioEvent.SPEECH_END:
+            eos = (from_stamp(ev.audio_time), from_stamp(ev.header.stamp), time.time())
             with self._lock:
-                self._end_of_speech = (from_stamp(ev.audio_time), from_stamp(ev.header.stamp), time.time())
+                turn = self._turn
+                # the transcript can come first (another topic): when the pause's words were in before the turn
+                # ended, the recognizer publishes both at once (issue 33). An end decided before this turn's
+                # transcript came is this turn's
+                if turn is not None and turn.end_of_speech is None and eos[1] <= turn.t_transcript:
+                    turn.end_of_speech, turn.t_end_of_turn = eos[0], eos[1]
+                else:
+                    self._end_of_speech = eos
 
     def _on_assistant_event(self, ev: AssistantEvent) -> None:
         if ev.type in (AssistantEvent.TEXT_DELTA, AssistantEvent.SENTENCE, AssistantEvent.TOOL_CALL):

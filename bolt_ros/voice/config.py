@@ -1,8 +1,8 @@
 """Typed configuration of the two voice nodes (config/voice.yaml), one ROS parameter per leaf field.
 
 The defaults are the measured ones: 32 ms VAD frames (silero's window at 16 kHz), an end-of-turn decision after
-400 ms of silence (with the ASR started speculatively at the first 160 ms pause, so the transcript is usually
-ready when the turn ends), and a barge-in confirmed after 160 ms of speech over the robot's voice.
+352 ms of silence once the ASR started speculatively at the first 160 ms pause reads finished (else up to 1.2 s),
+and a barge-in confirmed after 160 ms of speech over the robot's voice.
 """
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ class VadConfig(_Strict):
     threshold: float = Field(0.5, gt=0.0, lt=1.0)        # silero speech probability that starts/extends speech
     min_speech_ms: int = Field(96, ge=0)                 # voiced time before a speech onset is believed
     pause_ms: int = Field(160, ge=0)                     # silence after which the ASR starts speculatively
-    end_of_turn_ms: int = Field(400, gt=0)               # silence that ends the person's turn
+    # silence that ends the person's turn, once the pause's speculative words read finished (turn_end.py); words that
+    # read unfinished wait up to unfinished_end_ms (0: the silence alone decides, as before issue 33). 352: one frame
+    # over the longest pause at a comma silero counted in 122 renderings of the scripts' requests (320 ms; 400 before)
+    end_of_turn_ms: int = Field(352, gt=0)
+    unfinished_end_ms: int = Field(1200, ge=0)
     max_utterance_s: float = Field(20.0, gt=0.0)         # longer speech is cut into turns of this length
     pre_roll_ms: int = Field(320, ge=0)                  # audio kept before the onset (soft word starts, and
                                                          # starts the echo gate held back while the robot spoke)
@@ -71,6 +75,7 @@ class RecognizerTopics(_Strict):
     transcript: str = "speech/transcript"
     events: str = "speech/events"              # AudioEvent: speech start/end, barge-in, errors
     barge_in: str = "speech/barge_in"          # std_msgs/String: the assistant stops on it
+    speculative: str = "speech/speculative"    # std_msgs/String: the words at a pause, before the turn ends
 
 
 class RecognizerConfig(_Strict):

@@ -3,8 +3,10 @@
 The segmenter is a small state machine over frames, in the order a conversation needs its decisions:
 onset (after `min_speech_ms` of speech: a barge-in may follow), pause (the ASR may start speculatively while the
 person might still go on), resume (the speculative transcript is stale), end of turn (after `end_of_turn_ms` of
-silence). silero's own VADIterator gives start/end only, with no speculative pause and no echo veto, so the
-decisions live here and the model is only asked for probabilities.
+silence; with `unfinished_end_ms`, and `wait_for_words` set by the recognizer, only once the pause's speculative
+words are in and read finished (`words_finished`, turn_end.py), else after `unfinished_end_ms`). silero's own
+VADIterator gives start/end only, with no speculative pause and no echo veto, so the decisions live here and the
+model is only asked for probabilities.
 """
 from __future__ import annotations
 
@@ -78,6 +80,10 @@ class TurnSegmenter:
         self._silence = 0.0        # seconds of silence in speech
         self._paused = False
         self._t_voiced = 0.0
+        # the recognizer judges the words of the current pause (its speculative ASR): None until they are in, then
+        # whether they read finished; with wait_for_words a turn ends early only on finished words (issue 33)
+        self.wait_for_words = False
+        self.words_finished: bool | None = None
 
     def push(self, frame: np.ndarray, prob: float, echo: bool, t_end: float) -> list[Event]:
         cfg = self.cfg
@@ -88,27 +94,43 @@ class TurnSegmenter:
             if self._run * FRAME_S * 1000 < max(cfg.min_speech_ms, 1):
                 return []
             self.in_speech, self._silence, self._paused, self._t_voiced = True, 0.0, False, t_end
-            self._frames = list(self._pre)
+            self._frames, self._t_last = list(self._pre), t_end
             self._pre.clear()
             return [Onset(t_end - self._run * FRAME_S)]
         voiced = prob >= cfg.threshold - HANGOVER and not echo
         self._frames.append(frame)
+        self._t_last = t_end
         events: list[Event] = []
         if voiced:
             self._silence, self._t_voiced = 0.0, t_end
             if self._paused:
-                self._paused = False
+                self._paused, self.words_finished = False, None
                 events.append(Resume())
         else:
             self._silence += FRAME_S
             if not self._paused and self._silence * 1000 >= cfg.pause_ms:
-                self._paused = True
+                self._paused, self.words_finished = True, None
                 events.append(Pause(self._audio(), t_end))
-        if self._silence * 1000 >= cfg.end_of_turn_ms:
+        if self._silence * 1000 >= cfg.end_of_turn_ms and self._words_allow():
             events.append(self._end(t_end, forced=False))
         elif len(self._frames) * FRAME_S >= cfg.max_utterance_s:
             events.append(self._end(t_end, forced=True))
         return events
+
+    def poll(self, idle: bool = False) -> list[Event]:
+        """Between frames: the turn's end when its words came in finished after end_of_turn_ms of silence (the ASR
+        thread's verdict need not wait for the next frame), or, `idle` (no audio comes: a WAV ended, a driver
+        stopped), after end_of_turn_ms of silence whatever its words."""
+        if self.in_speech and self._silence * 1000 >= self.cfg.end_of_turn_ms and (idle or self._words_allow()):
+            return [self._end(self._t_last, forced=False)]
+        return []
+
+    def _words_allow(self) -> bool:
+        """After end_of_turn_ms of silence: whether the turn may end now (module doc)."""
+        cfg = self.cfg
+        if not self.wait_for_words or cfg.unfinished_end_ms <= cfg.end_of_turn_ms:
+            return True
+        return bool(self.words_finished) or self._silence * 1000 >= cfg.unfinished_end_ms
 
     def _audio(self) -> np.ndarray:
         return np.concatenate(self._frames)
