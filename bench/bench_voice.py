@@ -218,6 +218,10 @@ def main() -> int:
             print(f"{i:2d} {who:6s} {text!r:36s} -> {row['heard']!r:36s} " + " ".join(
                 f"{k[:-3]}={row[k]:.0f}" if row[k] is not None else f"{k[:-3]}=-" for k in REPORTED), flush=True)
     finally:
+        # the speculative start (issue 33): speculative transcripts, and how many were the final words (hits)
+        spec = {"assistant": dict(getattr(getattr(graph.assistant, "primer", None), "counts", {})),
+                "recognizer": {k: v for k, v in rec.counts.items() if k in ("speculative", "unfinished",
+                                                                             "transcripts", "empty")}}
         mic.stop.set()
         for n in (rec, synth):
             n.close()
@@ -234,6 +238,7 @@ def main() -> int:
               else "instant (scripted)" if args.instant_llm else "embedded",
               "load_avg_1min": [load_before, os.getloadavg()[0]],   # a shared machine's other work shows here
               "turns": len(rows), "with_audio": len(done), "summary_ms": summary, "by_kind_ms": by_kind,
+              "speculative": spec,
               "rows": rows}
     Path(f"{out}.json").write_text(json.dumps(result, indent=1))
     print(f"\n{machine}, {os.cpu_count()} cores, load {load_before:.1f} -> {os.getloadavg()[0]:.1f}; "
@@ -245,6 +250,12 @@ def main() -> int:
     for k in REPORTED:
         print(f"  {k:18s} " + "  ".join(f"{v[k]['p50']:7.0f} / {v[k]['p90']:5.0f} ({v[k]['n']:2d})"
                                         for v in by_kind.values()))
+    a = spec["assistant"]
+    if a.get("hits", 0) + a.get("misses", 0):
+        print(f"speculative start: {a['speculative']} begun, {a['hits']} kept (the final words were the same), "
+              f"{a['misses']} dropped: hit rate {a['hits'] / (a['hits'] + a['misses']):.0%}; the recognizer "
+              f"published {spec['recognizer'].get('speculative', 0)}, {spec['recognizer'].get('unfinished', 0)} "
+              "read unfinished")
     _plot(done, f"{out}.png", machine)
     return 0
 

@@ -27,6 +27,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
+from bolt_ros.assistant.priming import READY
 from bolt_ros.msg import AssistantEvent, Caption
 
 PROMPT = "you: "
@@ -121,6 +122,8 @@ class Console(Node):
         elif ev.type == AssistantEvent.ERROR:
             self.show(f"[problem] {ev.text}" if self.verbose else "[problem] something went wrong in my thinking "
                       "(details in the log)")
+        elif ev.type == AssistantEvent.STATE and ev.state == READY:   # primed: answers come at full speed
+            self.show("[ready: the robot answers at full speed now]")
         elif ev.type == AssistantEvent.STATE:
             if ev.state == AssistantEvent.STATE_THINKING and not self._thinking:
                 self.show("[thinking...]")  # once a turn: a turn may think again after each tool round

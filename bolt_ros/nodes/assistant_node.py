@@ -27,19 +27,19 @@ from bolt_ros.assistant.backend_factory import make_backend
 from bolt_ros.assistant.config import AssistantConfig, from_ros_parameters, to_ros_parameters
 from bolt_ros.assistant.conversation import Conversation, SceneMemory, TurnRecord
 from bolt_ros.assistant.intent import IntentClassifier
-from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult, arguments_json
+from bolt_ros.assistant.priming import READY, Primer
+from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult
 from bolt_ros.assistant.tools import ToolRegistry
-from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, ToolCall, ToolResult
+from bolt_ros.msg import AssistantEvent, Caption
+from bolt_ros.nodes.assistant_msgs import KIND, stats_msg, tool_call_msg, tool_result_msg
 from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, FEEDBACK_QOS, run_nodes, wake_on_done
 from bolt_ros.nodes.tool_router import ToolRouter
 
-_KIND = {"text": AssistantEvent.TEXT_DELTA, "sentence": AssistantEvent.SENTENCE, "tool_call": AssistantEvent.TOOL_CALL,
-         "tool_result": AssistantEvent.TOOL_RESULT, "state": AssistantEvent.STATE,
-         "thought": AssistantEvent.THOUGHT_DELTA, "error": AssistantEvent.ERROR}
 _RESTART_ONLY = ("backend.", "tools", "topics.", "scene_memory.", "intent.")  # parameters read once at startup
 MAX_CONVERSATIONS = 16
 # speech_recognizer says here that the person started speaking over the robot (std_msgs/String; remap to move it)
 BARGE_IN_TOPIC = "speech/barge_in"
+SPECULATIVE_TOPIC = "speech/speculative"   # speech_recognizer: the words so far, at the person's pause (priming.py)
 
 
 @dataclass
@@ -89,6 +89,7 @@ class AssistantNode(Node):
         self.create_subscription(String, topics.transcript, self._on_transcript, 10, callback_group=group)
         self.create_subscription(Caption, topics.caption, self._on_caption, 50, callback_group=group)
         self.create_subscription(String, BARGE_IN_TOPIC, self._on_barge_in, 10, callback_group=group)
+        self.create_subscription(String, SPECULATIVE_TOPIC, self._on_speculative, 10, callback_group=group)
         self._server = ActionServer(self, Converse, topics.converse, execute_callback=self._execute,
                                     goal_callback=self._on_goal, cancel_callback=self._on_cancel,
                                     result_timeout=ACTION_RESULT_TIMEOUT_S, feedback_pub_qos_profile=FEEDBACK_QOS,
@@ -102,6 +103,8 @@ class AssistantNode(Node):
         self._current: Job | None = None
         self._pending: list[Job] = []
         self._prefill_due: str | None = None   # a conversation whose next prompt the idle worker prefills
+        self.primer = Primer(self.backend, self.intent, prefill=self.config.prefill_between_turns,
+                             log=lambda level, text: getattr(self.get_logger(), level)(text))
         self.turns_done = 0
         self.prefilled_after = -1              # turns_done when the last next-turn prefill began (tests wait on it)
         self._closing = threading.Event()
@@ -143,6 +146,10 @@ class AssistantNode(Node):
         if text:
             self.submit(Job(text, enable_thinking=self.config.enable_thinking))
 
+    def _on_speculative(self, msg: String) -> None:
+        if self.config.speculative_start and msg.data.strip():
+            self._jobs.put(msg.data.strip())   # the worker's, when no turn waits (Primer.speculate)
+
     def _on_barge_in(self, _msg: String) -> None:
         """Speech onset over the robot's voice: stop the turn and its motion as a new utterance would, without
         starting one (the person's transcript follows when they are done)."""
@@ -180,6 +187,7 @@ class AssistantNode(Node):
             job.result = TurnResult(error=why)
             job.complete()
             return job
+        self.primer.interrupt(job.utterance)   # priming gives way; speculative work on other words is dropped
         stop_motion = self.config.barge_in and self.config.barge_in_stops_motion
         goals = self.router.cancellable_goals() if stop_motion else []  # taken before the new turn can add any
         if self.config.barge_in:
@@ -220,9 +228,9 @@ class AssistantNode(Node):
         res = job.result or TurnResult(error="not run")
         out = Converse.Result(success=not (res.error or res.cancelled), text=res.text,
                               error=res.error or (f"interrupted ({job.interrupted_by})" if res.cancelled else ""),
-                              tool_calls=[_tool_call_msg(c) for c in res.tool_calls],
-                              tool_results=[_tool_result_msg(r) for r in res.tool_results],
-                              stats=_stats_msg(res.stats))
+                              tool_calls=[tool_call_msg(c) for c in res.tool_calls],
+                              tool_results=[tool_result_msg(r) for r in res.tool_results],
+                              stats=stats_msg(res.stats))
         if goal.is_cancel_requested:
             goal.canceled()
         elif out.success:
@@ -241,6 +249,10 @@ class AssistantNode(Node):
                 continue
             if job is None:
                 break
+            if isinstance(job, str):   # a speculative transcript: worked on only while no turn waits
+                if not self._waiting():
+                    self._speculate(job)
+                continue
             with self._lock:
                 if job in self._pending:
                     self._pending.remove(job)
@@ -262,23 +274,24 @@ class AssistantNode(Node):
 
     def _prefill_next_turn(self) -> None:
         """On the idle worker: the conversation's next prompt up to the person's words goes into the engine's cache
-        now (after a turn, and once the robot's tools are known), so the next turn prefills only its message."""
+        now (after a turn, and once the robot's tools are known), so the next turn prefills only its message. The
+        first one done makes the robot ready (a STATE event `ready`); a turn that comes meanwhile runs first."""
         with self._lock:
             cid, self._prefill_due, turns = self._prefill_due, None, self.turns_done
-        prime = getattr(self.backend, "prime", None)
-        if cid is None or prime is None or not self.config.prefill_between_turns:
-            return
-        t0 = time.perf_counter()
-        tools = self.registry.openai_tools()
-        try:
-            if self.intent is not None:  # its examples once; the words prompt then shows no tools (tool_loop)
-                self.intent.prime(tools, cancel=self._closing)
-            n = prime(self._conversation(cid).messages(), [] if self.intent else tools, cancel=self._closing)
-        except Exception as e:  # only a head start: the turn itself runs whatever was not prefilled
-            self.get_logger().warning(f"prefilling the next turn failed: {type(e).__name__}: {e}")
+        if cid is None or not self.primer.prime(self._conversation(cid).messages(), self.registry.openai_tools(),
+                                                 self._closing):
             return
         self.prefilled_after = turns
-        self.get_logger().debug(f"next turn prefilled: {n} tokens in {(time.perf_counter() - t0) * 1e3:.0f} ms")
+        if self.primer.mark_ready():
+            self.get_logger().info("assistant ready: primed, answers at full speed")
+            self._emit(Job(""), LoopEvent("state", READY))
+
+    def _speculate(self, text: str) -> None:
+        conv = self._conversation("")   # spoken turns are conversation ""
+        with self._scene_lock:
+            scene = self.scene.render()
+        self.primer.speculate(text, lambda u: conv.messages([conv.user_message(u, scene)]),
+                              self.registry.openai_tools(), conv.last_move(), self._closing)
 
     def _run_turn(self, job: Job) -> TurnResult:
         cfg = self.config
@@ -290,8 +303,9 @@ class AssistantNode(Node):
 
         loop = ToolLoop(self.backend, call_tool, lambda ev: self._emit(job, ev),
                         max_tool_rounds=cfg.max_tool_rounds, max_sentences=cfg.max_sentences,
-                        at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()], intent=self.intent,
-                        own_name=cfg.robot_name)
+                        at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()],
+                        intent=self.primer.intent, own_name=cfg.robot_name)
+        loop.first_clause = cfg.first_clause_words   # a reply's first clause goes to TTS (sentences.py)
         user_msg = conv.user_message(job.utterance, scene)
         res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
                        cancel=job.cancel, t0=job.t_received, utterance=job.utterance)
@@ -327,14 +341,14 @@ class AssistantNode(Node):
         return conv
 
     def _emit(self, job: Job, ev: LoopEvent) -> None:
-        msg = AssistantEvent(conversation_id=job.conversation_id, type=_KIND[ev.kind], text=ev.text)
+        msg = AssistantEvent(conversation_id=job.conversation_id, type=KIND[ev.kind], text=ev.text)
         msg.stamp = self.get_clock().now().to_msg()
         if ev.kind == "state":
             msg.state, msg.text = ev.text, ""
         if ev.call is not None:
-            msg.tool_call = _tool_call_msg(ev.call)
+            msg.tool_call = tool_call_msg(ev.call)
         if ev.result is not None:
-            msg.tool_result = _tool_result_msg(ev.result)
+            msg.tool_result = tool_result_msg(ev.result)
         if ev.kind == "sentence":
             self._tts_pub.publish(String(data=ev.text))  # first: speech must not wait for the event plumbing
             self.latency["sentence_to_tts"].append((time.perf_counter() - ev.t) * 1e3)
@@ -354,6 +368,7 @@ class AssistantNode(Node):
     def close(self) -> None:
         """Stop the worker (interrupting the running turn); spin_nodes calls this before destroying the node."""
         self._closing.set()
+        self.primer.interrupt(None)
         self._interrupt("shutdown")
         self._jobs.put(None)
         self._worker.join(timeout=2.0)
@@ -369,23 +384,6 @@ class AssistantNode(Node):
         if hasattr(self, "_server"):
             self._server.destroy()
         super().destroy_node()
-
-
-def _tool_call_msg(call) -> ToolCall:
-    return ToolCall(id=call.id, name=call.name, arguments=arguments_json(call))
-
-
-def _tool_result_msg(r) -> ToolResult:
-    return ToolResult(id=r.id, name=r.name, ok=r.ok, content=r.content if r.ok else "", error=r.error)
-
-
-def _stats_msg(s: dict) -> GenerationStats:
-    return GenerationStats(ttft_ms=float(s.get("ttft_ms", 0.0)), prompt_tokens=int(s.get("prompt_tokens", 0)),
-                           prefill_tokens=int(s.get("prefill_tokens", 0)),
-                           completion_tokens=int(s.get("completion_tokens", 0)),
-                           tokens_per_second=float(s.get("tokens_per_second", 0.0)),
-                           acceptance_length=float(s.get("acceptance_length", 1.0)),
-                           tool_rounds=int(s.get("tool_rounds", 0)), total_ms=float(s.get("total_ms", 0.0)))
 
 
 def make_nodes(**node_kwargs) -> list[Node]:

@@ -1,0 +1,132 @@
+"""The speculative start and ready-means-ready (issue 33, items 2 and 5), on the default chat model: the intent
+decision made on the speculative words is the turn's when the final words are the same (and not otherwise); the
+speculative prefill leaves the turn only the reply to run; priming gives way to a turn; and the node says when it
+is ready and counts its speculative hits, in a real rclpy graph."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from conftest import wait_for
+from test_assistant_fixtures import start
+
+from bolt_ros.assistant.config import from_ros_parameters, load_params_file
+from bolt_ros.assistant.conversation import Conversation
+from bolt_ros.assistant.embedded import EmbeddedBackend
+from bolt_ros.assistant.intent import TALK, IntentClassifier
+from bolt_ros.assistant.priming import Primer, SpeculativeIntent
+from bolt_ros.engine.decode.generate import Engine
+from bolt_ros.engine.decode.sampling import SamplingParams
+from bolt_ros.engine.default_models import resolve_model
+from bolt_ros.graph import package_file
+from bolt_ros.train.prompts import assistant_messages
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.load(resolve_model("default-chat"), n_ctx=2048)
+
+
+@pytest.fixture(scope="module")
+def tools() -> list[dict]:
+    return assistant_messages("")[1]
+
+
+def _log(level: str, text: str) -> None:
+    pass
+
+
+def test_a_speculative_decision_is_the_turns_for_the_same_words_only(engine, tools):
+    cfg = from_ros_parameters(load_params_file(package_file("config/assistant.yaml"), "assistant_node"))
+    spec = SpeculativeIntent(IntentClassifier(engine, cfg.intent))
+    d = spec.speculate("Please look to your left.", tools, None)
+    assert d.call is not None and d.call.name == "look_left", d
+    assert spec.decide("please look to your left", tools, None) is d and spec.reused == 1   # same words: kept
+    # other words: the kept decision is dropped, the classifier decides anew
+    spec.speculate("Please look to your left.", tools, None)
+    other = spec.decide("What is your name?", tools, None)
+    assert other is not d and other.label == TALK and spec.reused == 1
+    # ... and so is one made before the robot's last move changed (repeat / reverse read it)
+    spec.speculate("Do that again.", tools, None)
+    assert spec.decide("Do that again.", tools, "nod") is not None and spec.reused == 1
+
+
+def _prefilled(backend, conv, words: str) -> int:
+    stats = [ev for ev in backend.stream_chat(conv.messages([conv.user_message(words)]), [], enable_thinking=False,
+                                              cancel=threading.Event()) if type(ev).__name__ == "Finished"]
+    return stats[-1].stats["prefill_tokens"]
+
+
+def test_the_speculative_prefill_leaves_the_turn_only_its_reply(engine):
+    backend = EmbeddedBackend(engine, SamplingParams(temperature=0.0, max_tokens=2), tool_choice="none")
+    primer = Primer(backend, None, prefill=True, log=_log)
+    conv, closing = Conversation("You are Bolt, a small robot. Answer in one short sentence."), threading.Event()
+    words = "What is the capital of France, and how many people live there?"
+    primer.speculate(words, lambda u: conv.messages([conv.user_message(u)]), [], None, closing)
+    hit = _prefilled(backend, conv, words)
+    assert hit <= 4, hit    # the assistant's header: the message was in the cache
+    # negative control: speculated on other words, the turn runs the person's message itself
+    primer.speculate("Tell me a joke about cats.", lambda u: conv.messages([conv.user_message(u)]), [], None, closing)
+    miss = _prefilled(backend, conv, words)
+    assert miss >= hit + 10, (hit, miss)
+
+
+def test_priming_gives_way_to_a_turn_and_runs_again_after_it(engine):
+    backend = EmbeddedBackend(engine, SamplingParams(temperature=0.0, max_tokens=2), tool_choice="none")
+    primer = Primer(backend, None, prefill=True, log=_log)
+    history = [m for i in range(12) for m in ({"role": "user", "content": f"Tell me fact number {i} about the sea."},
+                                              {"role": "assistant", "content": "The sea covers most of the Earth, "
+                                               f"and fact {i} is that it is salty and deep in many places."})]
+    messages = [{"role": "system", "content": "You are Bolt."}, *history]
+    result, closing = [], threading.Event()
+    worker = threading.Thread(target=lambda: result.append(primer.prime(messages, [], closing)))
+    worker.start()
+    time.sleep(0.3)
+    primer.interrupt("Hello!")     # a turn comes: priming stops between its chunks
+    worker.join(timeout=30)
+    assert result == [False] and primer.counts["prime_interrupted"] == 1 and not primer.ready.is_set()
+    assert primer.prime(messages, [], closing) and primer.mark_ready() and not primer.mark_ready()
+
+
+SCRIPT = [{"match": "left", "reply": [{"text": "Looking left."}]}, {"match": ".", "reply": [{"text": "Hi."}]}]
+
+
+def test_the_node_says_it_is_ready_and_counts_speculative_hits(ros):
+    from std_msgs.msg import String
+    assistant, backend, probe = start(ros, SCRIPT)
+    # the scripted backend has nothing to prime: ready once the robot's tools are known (the event may go out before
+    # the probe is connected; the console test reads it)
+    wait_for(lambda: assistant.primer.ready.is_set(), timeout=10, what="ready")
+    pub = probe.node.create_publisher(String, "speech/speculative", 10)
+    wait_for(lambda: pub.get_subscription_count() > 0, what="the assistant on speech/speculative")
+    pub.publish(String(data="Please look left."))
+    wait_for(lambda: assistant.primer.counts["speculative"] == 1, what="the speculative start")
+    probe.say("Please look left.")
+    wait_for(lambda: "Looking left." in probe.spoken(), timeout=10, what="the turn")
+    assert assistant.primer.counts["hits"] == 1 and assistant.primer.counts["misses"] == 0
+    # other final words: a miss, and the turn answers them
+    pub.publish(String(data="Please look."))
+    wait_for(lambda: assistant.primer.counts["speculative"] == 2, what="the second speculative start")
+    probe.say("Hello there.")
+    wait_for(lambda: "Hi." in probe.spoken(), timeout=10, what="the second turn")
+    assert assistant.primer.counts["hits"] == 1 and assistant.primer.counts["misses"] == 1
+    assert len(backend.requests) == 2   # speculation asked the scripted model nothing
+
+
+def test_the_console_says_when_the_robot_is_ready(ros):
+    import io
+
+    from bolt_ros.msg import AssistantEvent
+
+    from bolt_ros.console import Console
+    out = io.StringIO()
+    console = ros.add(Console(out=out, context=ros.context))
+    console._on_event(AssistantEvent(type=AssistantEvent.STATE, state=AssistantEvent.STATE_THINKING))
+    console._on_event(AssistantEvent(type=AssistantEvent.STATE, state="ready"))
+    lines = out.getvalue().splitlines()
+    assert lines == ["[thinking...]", "[ready: the robot answers at full speed now]"], lines
+    # ready is no turn state: the next turn's thinking is shown again after an idle
+    console._on_event(AssistantEvent(type=AssistantEvent.STATE, state=AssistantEvent.STATE_IDLE))
+    console._on_event(AssistantEvent(type=AssistantEvent.STATE, state=AssistantEvent.STATE_THINKING))
+    assert out.getvalue().splitlines()[-1] == "[thinking...]"
