@@ -33,7 +33,7 @@ from bolt_ros.nodes.speech_common import chunk_msg
 from bolt_ros.nodes.speech_recognizer import SpeechRecognizer
 from bolt_ros.nodes.speech_synthesizer import SpeechSynthesizer
 from bolt_ros.voice.audio import MODEL_RATE, Pcm, resample, to_float, to_int16, write_wav
-from bolt_ros.voice.config import RecognizerConfig, SynthesizerConfig
+from bolt_ros.voice.config import RecognizerConfig, SynthesizerConfig, VadConfig
 from bolt_ros.voice.tts import EspeakTts, PiperTts
 
 REQUESTS = ["Look to your left.", "What is the capital of France?", "Please nod.", "Can you dance for me?",
@@ -146,6 +146,9 @@ def main() -> int:
     ap.add_argument("--instant-moves", action="store_true",
                     help="as --instant-llm, but a request that names a move gets that move's call (MOVES)")
     ap.add_argument("--turn-timeout", type=float, default=30.0)
+    ap.add_argument("--issue33-off", action="store_true",
+                    help="issue 33's latency changes off, the same code otherwise (the before of a before/after in one "
+                         "hour): whole sentences to TTS, no speculative start, the end of turn after 400 ms of silence")
     args = ap.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -166,8 +169,12 @@ def main() -> int:
         updates = {"backend.kind": "scripted",
                    "backend.script": json.dumps([*moves, {"match": ".", "reply": [
                        {"text": "Sure, I can do that for you. "}]}])}
+    rec_cfg = RecognizerConfig()
+    if args.issue33_off:
+        updates = {**updates, "first_clause_words": 0, "speculative_start": False}
+        rec_cfg = RecognizerConfig(vad=VadConfig(end_of_turn_ms=400, unfinished_end_ms=0))
     graph = Graph(product_config(**updates), domain_id=random.randint(1, 200))
-    rec = SpeechRecognizer(RecognizerConfig(), context=graph.context)
+    rec = SpeechRecognizer(rec_cfg, context=graph.context)
     synth = SpeechSynthesizer(SynthesizerConfig(), context=graph.context)
     for n in (rec, synth):
         graph.executor.add_node(n)
@@ -234,6 +241,7 @@ def main() -> int:
     machine = _cpu()
     result = {"machine": machine, "cores": os.cpu_count(), "python": platform.python_version(),
               "backend": {k: v for k, v in updates.items() if k != "backend.base_url"} or "config/assistant.yaml",
+              "issue33": "off" if args.issue33_off else "on",
               "llm": "llama-server" if server else "instant moves (scripted)" if args.instant_moves
               else "instant (scripted)" if args.instant_llm else "embedded",
               "load_avg_1min": [load_before, os.getloadavg()[0]],   # a shared machine's other work shows here
