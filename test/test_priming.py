@@ -130,3 +130,25 @@ def test_the_console_says_when_the_robot_is_ready(ros):
     console._on_event(AssistantEvent(type=AssistantEvent.STATE, state=AssistantEvent.STATE_IDLE))
     console._on_event(AssistantEvent(type=AssistantEvent.STATE, state=AssistantEvent.STATE_THINKING))
     assert out.getvalue().splitlines()[-1] == "[thinking...]"
+
+
+def test_each_speculation_is_counted_once_as_a_hit_or_a_miss():
+    """A turn that comes while its speculation still runs claims it: the next turn's other words are no miss."""
+    started, release = threading.Event(), threading.Event()
+
+    class SlowPrime:   # a backend whose prefill takes until the test lets it go (a real one takes ~0.1-1 s)
+        def prime(self, messages, tools, cancel=None):
+            started.set()
+            release.wait(5)
+            return 0
+
+    primer = Primer(SlowPrime(), None, prefill=True, log=_log)
+    worker = threading.Thread(target=primer.speculate, args=("Hello there.", lambda u: [], [], None,
+                                                              threading.Event()))
+    worker.start()
+    started.wait(5)
+    primer.interrupt("Hello there.")   # the final words come while the speculative prefill runs: a hit
+    release.set()
+    worker.join(5)
+    primer.interrupt("What is your name?")   # the next turn, with no speculation of its own
+    assert primer.counts["hits"] == 1 and primer.counts["misses"] == 0, primer.counts

@@ -74,9 +74,9 @@ class Primer:
         with self._lock:
             spec = self._speculating or self._spec_done
             same = spec is not None and utterance is not None and norm(spec) == norm(utterance)
-            if spec is not None and utterance is not None:
+            if spec is not None and utterance is not None:   # each speculation is a hit or a miss once
                 self.counts["hits" if same else "misses"] += 1
-                self._spec_done = None
+                self._speculating = self._spec_done = None
             if not same:
                 self._cancel.set()
 
@@ -135,8 +135,9 @@ class Primer:
         except Exception as e:  # a head start only
             self.log("warning", f"speculative start failed: {type(e).__name__}: {e}")
         finally:
-            with self._lock:
-                self._speculating = None
-                self._spec_done = None if cancel.is_set() else utterance
+            with self._lock:   # not yet claimed by a turn (interrupt): the next turn's words decide
+                if self._speculating is not None:
+                    self._speculating = None
+                    self._spec_done = None if cancel.is_set() else utterance
         self.log("debug", f"speculative start on {utterance!r}: {what} in {(time.perf_counter() - t0) * 1e3:.0f} ms"
                  + (" (dropped)" if cancel.is_set() else ""))
