@@ -112,9 +112,10 @@ class AssistantNode(Node):
         self._worker.start()
         self._enum_thread = threading.Thread(target=self._fill_enums, name="assistant-enums", daemon=True)
         self._enum_thread.start()
-        self.get_logger().info(f"assistant ready: backend {getattr(self.backend, 'label', self.config.backend.kind)}, "
+        self.get_logger().info(f"assistant up: backend {getattr(self.backend, 'label', self.config.backend.kind)}, "
                                f"{len(self.registry.tools)} tools ({', '.join(self.registry.tools) or 'none'}), "
-                               f"moves decided by {'the intent classifier' if self.intent else 'the model'}")
+                               f"moves decided by {'the intent classifier' if self.intent else 'the model'}; "
+                               "priming, it says when it is ready")
 
     # ---- parameters ------------------------------------------------------------------------------------------
     def _declare_config(self, config: AssistantConfig) -> AssistantConfig:
