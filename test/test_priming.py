@@ -133,7 +133,7 @@ def test_the_console_says_when_the_robot_is_ready(ros):
 
 
 def test_each_speculation_is_counted_once_as_a_hit_or_a_miss():
-    """A turn that comes while its speculation still runs claims it: the next turn's other words are no miss."""
+    """A turn that comes while its speculation still runs claims it once: the next turn's other words are no miss."""
     started, release = threading.Event(), threading.Event()
 
     class SlowPrime:   # a backend whose prefill takes until the test lets it go (a real one takes ~0.1-1 s)
@@ -147,8 +147,10 @@ def test_each_speculation_is_counted_once_as_a_hit_or_a_miss():
                                                               threading.Event()))
     worker.start()
     started.wait(5)
-    primer.interrupt("Hello there.")   # the final words come while the speculative prefill runs: a hit
+    primer.interrupt("Hello there.")   # the final words come while the speculative prefill runs: not cancelled
     release.set()
     worker.join(5)
-    primer.interrupt("What is your name?")   # the next turn, with no speculation of its own
+    primer.claim("Hello there.")       # the worker starts that turn: a hit
+    primer.interrupt("What is your name?")   # the next turn, with no speculation of its own: nothing to count
+    primer.claim("What is your name?")
     assert primer.counts["hits"] == 1 and primer.counts["misses"] == 0, primer.counts

@@ -72,13 +72,17 @@ class Primer:
     def interrupt(self, utterance: str | None) -> None:
         """A turn comes (its words; None for a stop): priming gives way; speculative work on other words too."""
         with self._lock:
-            spec = self._speculating or self._spec_done
-            same = spec is not None and utterance is not None and norm(spec) == norm(utterance)
-            if spec is not None and utterance is not None:   # each speculation is a hit or a miss once
-                self.counts["hits" if same else "misses"] += 1
-                self._speculating = self._spec_done = None
-            if not same:
+            spec = self._speculating
+            if spec is None or utterance is None or norm(spec) != norm(utterance):
                 self._cancel.set()
+
+    def claim(self, utterance: str) -> None:
+        """The worker starts a turn: the speculation before it (finished: the same thread ran it) was a hit when it
+        was on the same words, else a miss; counted once."""
+        with self._lock:
+            spec, self._spec_done = self._spec_done, None
+        if spec is not None:
+            self.counts["hits" if norm(spec) == norm(utterance) else "misses"] += 1
 
     # ---- the worker's side ---------------------------------------------------------------------------------------
     def _begin(self, closing: threading.Event) -> threading.Event:
@@ -135,9 +139,7 @@ class Primer:
         except Exception as e:  # a head start only
             self.log("warning", f"speculative start failed: {type(e).__name__}: {e}")
         finally:
-            with self._lock:   # not yet claimed by a turn (interrupt): the next turn's words decide
-                if self._speculating is not None:
-                    self._speculating = None
-                    self._spec_done = None if cancel.is_set() else utterance
+            with self._lock:   # the next turn claims it (a cancelled one was for other words: a miss)
+                self._speculating, self._spec_done = None, utterance
         self.log("debug", f"speculative start on {utterance!r}: {what} in {(time.perf_counter() - t0) * 1e3:.0f} ms"
                  + (" (dropped)" if cancel.is_set() else ""))

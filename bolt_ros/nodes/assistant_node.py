@@ -296,6 +296,7 @@ class AssistantNode(Node):
 
     def _run_turn(self, job: Job) -> TurnResult:
         cfg = self.config
+        self.primer.claim(job.utterance)   # the speculation before this turn: a hit or a miss
         conv = self._conversation(job.conversation_id)
         with self._scene_lock:
             scene = self.scene.render()
