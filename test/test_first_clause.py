@@ -5,6 +5,7 @@ sentence is (prosody good enough that the words survive)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -108,3 +109,33 @@ def _models(tts_cls, asr_cls, asr_cfg):
     if not _cache:
         _cache["tts"], _cache["asr"] = tts_cls(still=True), asr_cls(asr_cfg())
     return _cache["tts"], _cache["asr"]
+
+
+def test_a_short_line_said_again_plays_its_kept_audio(ros):
+    """A move's line comes back turn after turn: the synthesizer keeps short lines' audio and plays it at once."""
+    pytest.importorskip("piper", reason="the voice stack: bash scripts/setup_voice.sh")
+    from bolt_ros.msg import AudioChunk
+    from conftest import wait_for
+    from std_msgs.msg import String
+
+    from bolt_ros.nodes.speech_synthesizer import SpeechSynthesizer
+    from bolt_ros.voice.tts import PiperTts
+    synth = ros.add(SpeechSynthesizer(tts=PiperTts(), context=ros.context))
+    probe = ros.node("tts_cache_probe")
+    played: list[bytes] = []
+    probe.create_subscription(AudioChunk, "audio/out", lambda m: played.append(bytes(m.data)), 500)
+    say = probe.create_publisher(String, "tts/say", 10)
+    wait_for(lambda: say.get_subscription_count() and synth.count_subscribers("audio/out"), what="connections")
+
+    def spoken(text: str) -> bytes:
+        n, done = len(played), synth.counts["played"] + 1
+        say.publish(String(data=text))
+        wait_for(lambda: synth.counts["played"] >= done, timeout=20, what=f"{text!r} played")
+        time.sleep(0.2)   # the last blocks' messages
+        return b"".join(played[n:])
+
+    short, long = "Looking left.", "The capital of France is Paris, a city known for its art."
+    first, again = spoken(short), spoken(short)
+    assert synth.counts["cached"] == 1 and again == first
+    # negative control: a long line is synthesized anew, and Piper renders it differently each time
+    assert spoken(long) != spoken(long) and synth.counts["cached"] == 1
