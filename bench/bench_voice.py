@@ -148,7 +148,8 @@ def main() -> int:
     ap.add_argument("--turn-timeout", type=float, default=30.0)
     ap.add_argument("--issue33-off", action="store_true",
                     help="issue 33's latency changes off, the same code otherwise (the before of a before/after in one "
-                         "hour): whole sentences to TTS, no speculative start, the end of turn after 400 ms of silence")
+                         "hour): whole sentences to TTS, no speculative start, the end of turn after 400 ms of silence,"
+                         " no kept audio of short lines")
     args = ap.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -169,13 +170,14 @@ def main() -> int:
         updates = {"backend.kind": "scripted",
                    "backend.script": json.dumps([*moves, {"match": ".", "reply": [
                        {"text": "Sure, I can do that for you. "}]}])}
-    rec_cfg = RecognizerConfig()
+    rec_cfg, synth_cfg = RecognizerConfig(), SynthesizerConfig()
     if args.issue33_off:
+        synth_cfg = SynthesizerConfig(keep_lines=0)
         updates = {**updates, "first_clause_words": 0, "speculative_start": False}
         rec_cfg = RecognizerConfig(vad=VadConfig(end_of_turn_ms=400, unfinished_end_ms=0))
     graph = Graph(product_config(**updates), domain_id=random.randint(1, 200))
     rec = SpeechRecognizer(rec_cfg, context=graph.context)
-    synth = SpeechSynthesizer(SynthesizerConfig(), context=graph.context)
+    synth = SpeechSynthesizer(synth_cfg, context=graph.context)
     for n in (rec, synth):
         graph.executor.add_node(n)
     stats: list[AudioTurnStats] = []

@@ -26,7 +26,7 @@ from bolt_ros.nodes.speech_common import chunk_msg, from_stamp, to_stamp
 from bolt_ros.voice.audio import Pcm
 from bolt_ros.voice.config import SynthesizerConfig
 
-CACHED_LINES, CACHED_CHARS = 64, 40   # short lines whose audio is kept (the newest 64)
+CACHED_CHARS = 40   # lines this short keep their audio (config keep_lines: how many, the newest)
 END_OF_SPEECH_MAX_AGE_S = 30.0   # a SPEECH_END older than this when a transcript comes belongs to no turn
 SILENT_TURN_WAIT_S = 1.0         # after the assistant's idle, a turn with no sentence yet said nothing
 
@@ -203,9 +203,9 @@ class SpeechSynthesizer(Node):
         if text in self._cached:
             self.counts["cached"] += 1
             self._cached.move_to_end(text)
-        elif len(text) <= CACHED_CHARS:
+        elif len(text) <= CACHED_CHARS and self.config.keep_lines:
             self._cached[text] = pcm
-            while len(self._cached) > CACHED_LINES:
+            while len(self._cached) > self.config.keep_lines:
                 self._cached.popitem(last=False)
 
     def _play_loop(self, stopping) -> None:

@@ -67,6 +67,15 @@ class AsrConfig(_Strict):
     # a barge-in's turn (spoken over the robot) with the prompt too: over the echo's remains whisper read "Hold on a
     # second." as words of the prompt ("Bolt, nod, ...") in 6 of 6 replays (issue 36; bench/bench_barge_in_asr.py)
     vocabulary_on_barge_in: bool = False
+    # a barge-in's turn is checked against the phrases people stop a robot with (asr.py): whisper's free reading
+    # gives way to the likeliest of them when whisper gives its tokens a mean log-probability of at least
+    # phrase_min_logprob (-2.3: one in ten on average) and at most phrase_max_drop below its free reading's
+    # (1.4: four times less likely per token). Measured in docs/voice.md; [] = no check
+    barge_in_phrases: list[str] = Field(default_factory=lambda: [
+        "Stop.", "Stop, please.", "Stop talking.", "Wait.", "Wait a second.", "Hold on.", "Hold on a second.",
+        "Hang on.", "Be quiet.", "No.", "One moment.", "Enough."])
+    phrase_min_logprob: float = Field(-2.3, le=0.0)
+    phrase_max_drop: float = Field(1.4, ge=0.0)
 
 
 class RecognizerTopics(_Strict):
@@ -109,6 +118,7 @@ class SynthesizerConfig(_Strict):
     output: Literal["topic", "speaker"] = "topic"   # speaker: also play on the default output device
     device: str = ""                           # output: speaker; "" = the default output device
     block_ms: int = Field(20, gt=0, le=100)    # playback granularity: a barge-in stops within one block
+    keep_lines: int = Field(64, ge=0)          # short lines whose audio is kept and played again at once (0: none)
     topics: SynthesizerTopics = SynthesizerTopics()
 
 
