@@ -94,7 +94,7 @@ class Primer:
 
     def prime(self, messages: list[dict], tools: list[dict], closing: threading.Event) -> bool:
         """The next prompt up to the person's words into the caches (the intent classifiers' examples first);
-        True when it ran to its end (or there was nothing to do)."""
+        True unless a turn interrupted it (done, nothing to do, or failed: the turn prefills what is missing)."""
         cancel = self._begin(closing)
         t0 = time.perf_counter()
         try:
@@ -103,7 +103,7 @@ class Primer:
                 n += self._prime(messages, [] if self.intent else tools, cancel=cancel)
         except Exception as e:  # only a head start: the turn itself runs whatever was not prefilled
             self.log("warning", f"prefilling the next turn failed: {type(e).__name__}: {e}")
-            return False
+            return True   # nothing more to do here: the robot is as ready as it gets
         if cancel.is_set():
             self.counts["prime_interrupted"] += 1
             self.log("info", "priming gave way to a turn")
