@@ -17,24 +17,139 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* rms_norm.c (the same library): y = norm(x) * w row by row; in place when y == x */
 int bolt_rms_norm(const float *x, const float *w, const float *r, float *y, int64_t rows, int64_t D, float eps);
 
 /* sum a[i] b[i] in 16 partial sums (which the compiler vectorizes; a single running sum can't be reordered), then
- * pairwise */
+ * pairwise: the portable loop, for a head size that isn't whole vectors */
 static inline float dot(const float *restrict a, const float *restrict b, int64_t n) {
     float acc[16] = {0};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
     for (; i < n; i++) acc[i % 16] += a[i] * b[i];
-    /* the 16 partial sums pairwise (halves added as vectors): 16 dependent scalar adds were the latency of every key,
-     * and a verify block scores 8 x the keys of a step */
     for (int w = 8; w >= 1; w /= 2)
         for (int j = 0; j < w; j++) acc[j] += acc[j + w];
     return acc[0];
 }
+
+/* Vectors for the scores, the softmax's exp and the value sums. Every query's arithmetic is its own, whatever T is
+ * (a verify block's row equals the step at that position, bit for bit): a key's score is one dot in a fixed order, the
+ * exp is the same polynomial at every index (the scores are padded to whole vectors), and the sums over keys run in key
+ * order. With -march=native: AVX-512 (16 lanes), AVX2 + FMA (8), else the portable loops. */
+#if defined(__AVX512F__)
+#define AW 16
+typedef __m512 av;
+#define AV_LOAD _mm512_loadu_ps
+#define AV_STORE _mm512_storeu_ps
+#define AV_SET1 _mm512_set1_ps
+#define AV_ZERO _mm512_setzero_ps()
+#define AV_FMA _mm512_fmadd_ps
+#define AV_ADD _mm512_add_ps
+#define AV_MUL _mm512_mul_ps
+#define AV_SUB _mm512_sub_ps
+#define AV_MAX _mm512_max_ps
+#define AV_ROUND(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define AV_HSUM _mm512_reduce_add_ps
+static inline av av_pow2(av y, av n) { return _mm512_scalef_ps(y, n); }
+static inline av av_zero_where_neg_inf(av e, av x) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, AV_SET1(-INFINITY), _CMP_NEQ_OQ), e);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define AW 8
+typedef __m256 av;
+#define AV_LOAD _mm256_loadu_ps
+#define AV_STORE _mm256_storeu_ps
+#define AV_SET1 _mm256_set1_ps
+#define AV_ZERO _mm256_setzero_ps()
+#define AV_FMA _mm256_fmadd_ps
+#define AV_ADD _mm256_add_ps
+#define AV_MUL _mm256_mul_ps
+#define AV_SUB _mm256_sub_ps
+#define AV_MAX _mm256_max_ps
+#define AV_ROUND(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+static inline float AV_HSUM(av v) {
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+static inline av av_pow2(av y, av n) {  /* y * 2^n, n integral in [-127, 127] */
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+static inline av av_zero_where_neg_inf(av e, av x) {
+    return _mm256_and_ps(e, _mm256_cmp_ps(x, AV_SET1(-INFINITY), _CMP_NEQ_OQ));
+}
+#endif
+
+#ifdef AW
+/* exp(x), x <= 0 (a score minus the row's max): 2^n e^r with |r| <= ln2/2 and Cephes' degree-6 expf polynomial (rel.
+ * error ~1e-7, the float rounding of expf); x = -inf gives 0 */
+static inline av av_exp(av x) {
+    av xc = AV_MAX(x, AV_SET1(-87.0f));
+    av n = AV_ROUND(AV_MUL(xc, AV_SET1(1.44269504088896341f)));
+    av r = AV_SUB(AV_SUB(xc, AV_MUL(n, AV_SET1(0.693359375f))), AV_MUL(n, AV_SET1(-2.12194440e-4f)));
+    av p = AV_SET1(1.9875691500e-4f);
+    p = AV_FMA(p, r, AV_SET1(1.3981999507e-3f));
+    p = AV_FMA(p, r, AV_SET1(8.3334519073e-3f));
+    p = AV_FMA(p, r, AV_SET1(4.1665795894e-2f));
+    p = AV_FMA(p, r, AV_SET1(1.6666665459e-1f));
+    p = AV_FMA(p, r, AV_SET1(5.0000001201e-1f));
+    av y = AV_ADD(AV_FMA(AV_MUL(p, r), r, r), AV_SET1(1.0f));
+    return av_zero_where_neg_inf(av_pow2(y, n), x);
+}
+
+/* a . b over n = a whole number of vectors, two chains */
+static inline float vdot(const float *restrict a, const float *restrict b, int64_t n) {
+    av s0 = AV_ZERO, s1 = AV_ZERO;
+    int64_t i = 0;
+    for (; i + 2 * AW <= n; i += 2 * AW) {
+        s0 = AV_FMA(AV_LOAD(a + i), AV_LOAD(b + i), s0);
+        s1 = AV_FMA(AV_LOAD(a + i + AW), AV_LOAD(b + i + AW), s1);
+    }
+    if (i < n) s0 = AV_FMA(AV_LOAD(a + i), AV_LOAD(b + i), s0);
+    return AV_HSUM(AV_ADD(s0, s1));
+}
+
+/* o[0 .. NV*AW) = sum over the keys j with e[j] != 0 of e[j] v_j, in key order, held in NV registers */
+#define VSUM(NV)                                                                                                     \
+    static inline void vsum_##NV(const float *e, const float *V, int64_t hd, int64_t n, float *o) {                 \
+        av acc[NV];                                                                                                  \
+        for (int u = 0; u < NV; u++) acc[u] = AV_ZERO;                                                               \
+        for (int64_t j = 0; j < n; j++) {                                                                            \
+            if (e[j] == 0.0f) continue;                                                                              \
+            av ej = AV_SET1(e[j]);                                                                                   \
+            const float *v = V + j * hd;                                                                             \
+            for (int u = 0; u < NV; u++) acc[u] = AV_FMA(ej, AV_LOAD(v + u * AW), acc[u]);                           \
+        }                                                                                                            \
+        for (int u = 0; u < NV; u++) AV_STORE(o + u * AW, acc[u]);                                                   \
+    }
+VSUM(1)
+VSUM(2)
+VSUM(4)
+VSUM(8)
+
+/* one query's softmax-weighted value sum: o [hd] from its scores sc [n_scan, padded to whole vectors with -inf] */
+static void softmax_values(float *sc, int64_t n_scan, float m, const float *V, int64_t hd, float *o) {
+    int64_t npad = (n_scan + AW - 1) / AW * AW;
+    float l = 0.0f;
+    for (int64_t j = 0; j < npad; j += AW) AV_STORE(sc + j, av_exp(AV_SUB(AV_LOAD(sc + j), AV_SET1(m))));
+    for (int64_t j = 0; j < n_scan; j++) l += sc[j];
+    for (int64_t i = 0; i < hd;) {  /* slices of up to 8 vectors, each held in registers over all the keys */
+        int64_t left = (hd - i) / AW;
+        if (left >= 8) vsum_8(sc, V + i, hd, n_scan, o + i), i += 8 * AW;
+        else if (left >= 4) vsum_4(sc, V + i, hd, n_scan, o + i), i += 4 * AW;
+        else if (left >= 2) vsum_2(sc, V + i, hd, n_scan, o + i), i += 2 * AW;
+        else vsum_1(sc, V + i, hd, n_scan, o + i), i += AW;
+    }
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;  /* l > 0: the query's own key is always visible */
+    for (int64_t i = 0; i < hd; i++) o[i] *= inv;
+}
+#endif
 
 /* one head [D]: the first 2P dims rotate, pairs (i, i + P) (neox) or (2i, 2i + 1) (llama's "norm") */
 static void rope(float *x, const float *c, const float *s, int64_t P, int neox) {
@@ -102,11 +217,16 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
         const float *qh = q + t * nq + h * hd;
         const float *K = kc + kvh * S * hd, *V = vc + kvh * S * hd;
         float *o = out + t * nq + h * hd;
-        float *sc = malloc(sizeof(float) * (size_t)n_scan);
+        float *sc = malloc(sizeof(float) * (size_t)(n_scan + 16));
         if (!sc) {
             failed = 1;
             continue;
         }
+#ifdef AW
+        int vec = hd % AW == 0;
+#else
+        int vec = 0;
+#endif
         float m = -INFINITY;
         for (int64_t j = 0; j < n_scan; j++) {
             int64_t kp = pos[j];
@@ -114,9 +234,21 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
                 sc[j] = -INFINITY;
                 continue;
             }
+#ifdef AW
+            sc[j] = (vec ? vdot(qh, K + j * hd, hd) : dot(qh, K + j * hd, hd)) * scale;
+#else
             sc[j] = dot(qh, K + j * hd, hd) * scale;
+#endif
             if (sc[j] > m) m = sc[j];
         }
+        for (int64_t j = n_scan; j < n_scan + 16; j++) sc[j] = -INFINITY;
+#ifdef AW
+        if (vec) {
+            softmax_values(sc, n_scan, m, V, hd, o);
+            free(sc);
+            continue;
+        }
+#endif
         memset(o, 0, sizeof(float) * (size_t)hd);
         float l = 0.0f;
         for (int64_t j = 0; j < n_scan; j++) {
