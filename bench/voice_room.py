@@ -261,11 +261,15 @@ class LiveRoom:
 
 def main() -> None:
     """The robot's audio driver in a noisy room, for `make run ARGS="voice:=true audio:=topic"`: counts the
-    barge-ins and transcripts while it runs (nobody speaks in this room)."""
+    barge-ins and transcripts while it runs. Nobody speaks in this room, unless `--say T TEXT` (a person, espeak-ng,
+    `--say-db` over the room, says TEXT T seconds in: a spoken request; repeatable). Per request it prints what was
+    heard and how much audio the robot played until the next one."""
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--noise-dbfs", type=float, default=-41.0)
     ap.add_argument("--rt60", type=float, default=0.3)
+    ap.add_argument("--say", nargs=2, action="append", default=[], metavar=("T", "TEXT"))
+    ap.add_argument("--say-db", type=float, default=20.0, help="the person's level over the room's")
     args = ap.parse_args()
     import rclpy
     from bolt_ros.msg import AudioChunk
@@ -278,12 +282,19 @@ def main() -> None:
     piper, espeak = PiperTts(), EspeakTts()
     clips = [voice_clip(piper if i % 2 == 0 else espeak, t) for i, t in enumerate(BABBLE_TEXTS)]
     noise = room_noise(int(args.seconds * MODEL_RATE), args.noise_dbfs, np.random.default_rng(0), clips)
+    requests = sorted((float(t), text) for t, text in args.say)
+    for t, text in requests:
+        x = voice_clip(espeak, text)
+        x *= 10 ** ((args.noise_dbfs + args.say_db - active_db(x)) / 20)
+        i = int(t * MODEL_RATE)
+        noise[i:i + len(x)] += x[:max(0, len(noise) - i)]
     rclpy.init()
     node = Node("noisy_room")
     barge_ins, transcripts, played = [], [], []
-    node.create_subscription(String, "speech/barge_in", barge_ins.append, 10)
-    node.create_subscription(String, "speech/transcript", lambda m: transcripts.append(m.data), 10)
-    node.create_subscription(AudioChunk, "audio/out", lambda m: played.append(len(m.data) / m.sample_rate), 500)
+    node.create_subscription(String, "speech/barge_in", lambda m: barge_ins.append(time.time()), 10)
+    node.create_subscription(String, "speech/transcript", lambda m: transcripts.append((time.time(), m.data)), 10)
+    node.create_subscription(AudioChunk, "audio/out",
+                             lambda m: played.append((time.time(), len(m.data) / m.sample_rate)), 500)
     room = LiveRoom(node, Room(rt60=args.rt60, noise_dbfs=args.noise_dbfs), noise, args.seconds)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
@@ -295,8 +306,16 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     room.stop.set()
-    print(f"the robot played {sum(played):.1f} s of audio; barge-ins {len(barge_ins)}; transcripts {transcripts}",
-          flush=True)
+    t0 = room.t0
+    for n, (t, text) in enumerate(requests):
+        until = requests[n + 1][0] if n + 1 < len(requests) else args.seconds
+        heard = [x for s, x in transcripts if t <= s - t0 < until]
+        robot = sum(d for s, d in played if t <= s - t0 < until)
+        cut = [round(s - t0, 1) for s in barge_ins if t <= s - t0 < until]
+        print(f"request {n + 1} at {t:.0f} s, said {text!r}: heard {heard}, the robot then played {robot:.1f} s of "
+              f"audio, barge-ins at {cut} s", flush=True)
+    print(f"the robot played {sum(d for _, d in played):.1f} s of audio; barge-ins {len(barge_ins)}; transcripts "
+          f"{[x for _, x in transcripts]}", flush=True)
     node.destroy_node()
     rclpy.try_shutdown()
 

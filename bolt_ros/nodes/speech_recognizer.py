@@ -206,7 +206,8 @@ class SpeechRecognizer(Node):
         cfg = self.config.echo
         if cfg.enabled and cfg.suppress:
             audio = self.suppressor.suppress(audio, t_end - len(audio) / MODEL_RATE, *self.gate.path())
-        return self.asr.transcribe(audio, prompt=prompt)
+        # a turn without the prompt is a barge-in's: checked against the phrases people stop a robot with (asr.py)
+        return self.asr.transcribe(audio, prompt=prompt, known_phrases=not prompt)
 
     def busy(self) -> bool:
         """Audio waiting, a turn in progress, or a turn's transcript not out yet."""

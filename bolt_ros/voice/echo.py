@@ -18,7 +18,12 @@ scoring the plain room noise as speech for about three frames (0.99, 0.93, 0.71 
 expected echo falls ~8 dB a frame below the noise: those frames were "not echo", an onset fired, and the robot, still
 speaking by `robot_speaking`, barged in on itself (4 of 4 sentences over room noise, none over digital silence). So
 the gate knows the room's level: a running low quantile of the frames heard with no playback that silero does not
-take for speech (`noise_window_s`, `noise_quantile`). A frame is possible speech
+take for speech (`noise_window_s`, `noise_quantile`). Until there are a second's worth of those, the same quantile
+of every frame heard, playback or not, stands in from the first quarter second on (the noise between the echo's
+words): over babble at -35 dBFS
+silero took most of the 2 s before the robot's first reply for speech, the room stayed unknown, and 1 in ~30 runs
+of four replies barged in 4-6 times in the first reply (bench_barge_in_asr.py over new Piper renderings). A frame is
+possible speech
 only `noise_margin_db` above the room, and while the robot's audio is in the air above the power sum of that and
 the expected echo plus `margin_db`: the frames after the echo ends, at the room's level, start no onset whatever
 silero says of them, and an onset that comes only as the echo ends is not a person. `vad_hangover_ms` can also
@@ -47,6 +52,9 @@ MIN_ROOM_FRAMES = 31         # frames with no playback before the room's level i
 # every frame with no playback in it, a person's own 24 s turn raised the room's level to their quieter syllables and
 # cut the turn into 3-12 turns
 ROOM_MAX_PROB = 0.35
+# frames of any kind before their low quantile stands in for the room (a quarter second: babble at -35 dBFS made
+# silero start a turn 0.35-0.8 s after the node started, before a room level was known)
+ROUGH_FRAMES = 8
 
 
 class EchoGate:
@@ -64,6 +72,9 @@ class EchoGate:
         self._quiet: deque[float] = deque(maxlen=max(1, int(cfg.noise_window_s / FRAME_S)))  # levels, no playback
         self._since_floor = 0
         self.noise_floor_db = SILENT_DB  # the room with nobody and no robot in it (SILENT_DB: not known yet)
+        self._heard: deque[float] = deque(maxlen=self._quiet.maxlen)   # every frame's level
+        self.rough_floor_db = SILENT_DB  # their low quantile: the room until noise_floor_db is known
+        self._since_rough = 0
         # frames let through as possible speech, by the newest played time their echo could hold: a reference that
         # arrives later for that time came too late for them (a busy executor), and they are counted
         self._passed: deque[float] = deque(maxlen=64)
@@ -102,7 +113,9 @@ class EchoGate:
         if not self.cfg.enabled:
             return False
         level, k = level_db(frame), _frame(t_end)
-        room = self.noise_floor_db + self.cfg.noise_margin_db if self.noise_floor_db > SILENT_DB else SILENT_DB
+        self._hear_any(level)
+        floor = self.noise_floor_db if self.noise_floor_db > SILENT_DB else self.rough_floor_db
+        room = floor + self.cfg.noise_margin_db if floor > SILENT_DB else SILENT_DB
         if not self.robot_speaking(t_end):
             if speech_prob is None or speech_prob < ROOM_MAX_PROB:
                 self._hear_room(level)
@@ -131,6 +144,16 @@ class EchoGate:
         if len(self._quiet) >= MIN_ROOM_FRAMES and self._since_floor >= LEARN_EVERY:
             self._since_floor = 0
             self.noise_floor_db = float(np.quantile(self._quiet, self.cfg.noise_quantile))
+
+    def _hear_any(self, level: float) -> None:
+        """Every frame: the stand-in for the room's level while too few frames with no playback were heard."""
+        if self.cfg.noise_window_s <= 0 or self.noise_floor_db > SILENT_DB:
+            return
+        self._heard.append(level)
+        self._since_rough += 1
+        if len(self._heard) >= ROUGH_FRAMES and self._since_rough >= ROUGH_FRAMES:
+            self._since_rough = 0
+            self.rough_floor_db = float(np.quantile(self._heard, self.cfg.noise_quantile))
 
     def path(self) -> tuple[int | None, float]:
         """The learned delay (frames; None: not learned) and return loss (dB), read together."""
