@@ -36,11 +36,11 @@ def rendered():
     return resample(to_float(head), head.rate), resample(to_float(tail), tail.rate)
 
 
-def with_pause(rendered, pause_s: float) -> tuple[np.ndarray, float]:
-    """The sentence with a pause after "to the"; and when the person goes on (s)."""
+def with_pause(rendered, pause_s: float, after_s: float = 1.6) -> tuple[np.ndarray, float]:
+    """The sentence with a pause after "to the", then after_s of silence; and when the person goes on (s)."""
     head, tail = rendered
     z = lambda s: np.zeros(int(s * MODEL_RATE), np.float32)  # noqa: E731
-    return np.concatenate([z(0.4), head, z(pause_s), tail, z(1.6)]), 0.4 + len(head) / MODEL_RATE + pause_s
+    return np.concatenate([z(0.4), head, z(pause_s), tail, z(after_s)]), 0.4 + len(head) / MODEL_RATE + pause_s
 
 
 def segment(audio: np.ndarray, cfg: VadConfig, verdict: bool | None, wait: bool = True) -> list:
@@ -77,11 +77,12 @@ def test_unfinished_words_keep_the_turn_open_through_a_mid_sentence_pause(render
 
 
 def test_the_recognizer_waits_for_unfinished_words_and_publishes_them_as_speculative(ros, rendered):
-    """A 3 s pause and up to 8 s for unfinished words: the pause's ASR is in before the person goes on however
-    loaded the machine (tiny.en took up to 3.5 s a turn on 2 cores shared with other work)."""
+    """A 3 s pause and up to 8 s for unfinished words, 5 s of silence at the end: each pause's ASR is in while the
+    turn is open however loaded the machine (tiny.en took up to 3.5 s a turn on 2 cores shared with other work;
+    once the audio stops, a silent turn ends whatever its words)."""
     from bolt_ros.nodes.speech_recognizer import SpeechRecognizer
     from bolt_ros.voice.asr import Transcriber
-    audio, _ = with_pause(rendered, 3.0)
+    audio, _ = with_pause(rendered, 3.0, after_s=5.0)
     probe = ros.node("turn_end_probe")
     heard, spec = [], []
     probe.create_subscription(String, "speech/transcript", lambda m: heard.append(m.data), 10)
