@@ -112,7 +112,7 @@ def run_seed(seed: int, scripts: list[dict], overrides: dict, words_after_motion
                 replies.append(out["reply"])
                 rows.append({"seed": seed, "conversation": conv["name"], "turn": i, "say": turn["say"], **out,
                              "right": s.right, "call_ok": s.call_ok, "answer_ok": s.answer_ok, "claim": s.claim,
-                             "meta": s.meta, "echo": s.echo, "repeat": s.repeat,
+                             "meta": s.meta, "echo": s.echo, "repeat": s.repeat, "refusal": s.refusal,
                              "request": turn.get("expect") not in (None, "none")})
                 print(_row(rows[-1]), flush=True)
     finally:
@@ -121,7 +121,7 @@ def run_seed(seed: int, scripts: list[dict], overrides: dict, words_after_motion
 
 
 def _row(r: dict) -> str:
-    flags = [k for k in ("claim", "meta", "echo", "repeat") if r[k]]
+    flags = [k for k in ("claim", "meta", "echo", "repeat", "refusal") if r.get(k)]
     if not r["call_ok"]:
         flags.insert(0, "CALL")
     if not r["answer_ok"]:
@@ -140,7 +140,7 @@ def totals(rows: list[dict]) -> dict:
             "requests": len(reqs), "requests_called_right": sum(r["call_ok"] for r in reqs),
             "no_call_turns_right": sum(r["call_ok"] for r in rows if not r["request"]),
             "answers_wrong": sum(not r["answer_ok"] for r in rows),
-            **{k: sum(r[k] for r in rows) for k in ("claim", "meta", "echo", "repeat")},
+            **{k: sum(r.get(k, False) for r in rows) for k in ("claim", "meta", "echo", "repeat", "refusal")},
             "median_react_s": statistics.median(reacts) if reacts else None,
             "median_request_react_s": statistics.median(req_reacts) if req_reacts else None,
             "p90_react_s": sorted(reacts)[int(0.9 * (len(reacts) - 1))] if reacts else None,
@@ -154,10 +154,11 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
 
     names = list(dict.fromkeys(r["conversation"] for r in rows))
     kinds = [("right", "tab:green"), ("wrong call", "tab:red"), ("wrong answer", "tab:orange"),
-             ("claim", "tab:purple"), ("meta", "tab:brown"), ("echo", "tab:pink"), ("repeat", "tab:gray")]
+             ("claim", "tab:purple"), ("meta", "tab:brown"), ("echo", "tab:pink"), ("repeat", "tab:gray"),
+             ("refusal", "tab:olive")]
     key = {"right": lambda r: r["right"], "wrong call": lambda r: not r["call_ok"],
            "wrong answer": lambda r: not r["answer_ok"], "claim": lambda r: r["claim"], "meta": lambda r: r["meta"],
-           "echo": lambda r: r["echo"], "repeat": lambda r: r["repeat"]}
+           "echo": lambda r: r["echo"], "repeat": lambda r: r["repeat"], "refusal": lambda r: r.get("refusal", False)}
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [3, 1]})
     w = 0.8 / len(kinds)
     for k, (kind, color) in enumerate(kinds):
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
           f"requests called right {t['requests_called_right']}/{t['requests']}, "
           f"no-call turns right {t['no_call_turns_right']}/{t['turns'] - t['requests']}, "
           f"wrong answers {t['answers_wrong']}, claims {t['claim']}, meta {t['meta']}, echoes {t['echo']}, "
-          f"repeats {t['repeat']}")
+          f"repeats {t['repeat']}, refusals {t['refusal']}")
     print(f"request -> first sentence or call: median {t['median_react_s']:.2f} s (requests only "
           f"{t['median_request_react_s']:.2f} s), p90 {t['p90_react_s']:.2f} s, turns with neither: "
           f"{t['no_reaction_turns']}")

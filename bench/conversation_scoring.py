@@ -7,7 +7,8 @@ notices in a companion robot:
 - meta: it talks about tools, functions, JSON, "the robot" in the third person, or the prompt itself ("Based on the
   conversation, ...", a memory note copied out);
 - echo: it repeats the person's words back;
-- repeat: it repeats a reply of an earlier turn of the same conversation.
+- repeat: it repeats a reply of an earlier turn of the same conversation;
+- refusal: it refuses small talk ("I'm sorry, but I can't assist with that request.", issue 34).
 """
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ META = re.compile(r"\b(tools?|functions?|json|api|arguments?|parameters?|execute
                   # the prompt's own scaffolding read out: "Based on the conversation, ...", a copied memory note
                   r"|\b(based on|according to|in) (the|this|our) conversation\b|\bthey said\b|\boldest first\b",
                   re.IGNORECASE)
+
+
+REFUSAL = re.compile(r"\b(can ?not|can't|can’t|unable to|not able to)\s+(assist|help)(\s+you)?\s+with\s+"
+                     r"(that|this|your)|\bi (didn't|did not|don't|do not) understand your\b"
+                     r"|\bwhat do you need (assistance|help) with\b", re.IGNORECASE)
+
+
+def is_refusal(reply: str) -> bool:
+    return bool(REFUSAL.search(reply))
 
 
 def norm(text: str) -> str:
@@ -72,11 +82,13 @@ class TurnScore:
     meta: bool = False
     echo: bool = False
     repeat: bool = False
+    refusal: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
     def right(self) -> bool:
-        return self.call_ok and self.answer_ok and not (self.claim or self.meta or self.echo or self.repeat)
+        return self.call_ok and self.answer_ok and not (self.claim or self.meta or self.echo or self.repeat
+                                                        or self.refusal)
 
 
 def expected_calls(expect) -> list[tuple[str, dict] | None]:
@@ -107,4 +119,5 @@ def score_turn(turn: dict, reply: str, calls: list[tuple[str, dict] | None], mov
     s.meta = is_meta(reply)
     s.echo = is_echo(reply, turn["say"])
     s.repeat = is_repeat(reply, earlier_replies)
+    s.refusal = is_refusal(reply)
     return s

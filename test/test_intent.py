@@ -13,7 +13,7 @@ import torch
 from bolt_ros.assistant.backend import TextDelta
 from bolt_ros.assistant.config import IntentConfig, from_ros_parameters, load_params_file
 from bolt_ros.assistant.conversation import Conversation, TurnRecord
-from bolt_ros.assistant.intent import REPEAT, REVERSE, TALK, IntentClassifier, resolve_target
+from bolt_ros.assistant.intent import FURTHER, POINT_BACK, REPEAT, REVERSE, SEE, TALK, IntentClassifier, resolve_target
 from bolt_ros.assistant.scripted import ScriptedBackend
 from bolt_ros.assistant.tool_loop import ToolLoop
 from bolt_ros.assistant.tools import ToolOutcome
@@ -26,7 +26,7 @@ from bolt_ros.train.prompts import assistant_messages
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    return Engine.load(resolve_model("default-chat"), n_ctx=1024)
+    return Engine.load(resolve_model("default-chat"), n_ctx=2048)  # the classifier prompt: ~1300 tokens
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_labels_are_the_parameterless_tools(classifier, tools):
     labels = classifier.labels_for(tools)
     assert "dance" in labels and "look_left" in labels and "list_animations" in labels
     assert "move_head" not in labels  # required arguments: not a label (the model's call, with intent off)
-    assert labels[0] == TALK and labels[-2:] == [REPEAT, REVERSE]
+    assert labels[0] == TALK and labels[-5:] == [REPEAT, REVERSE, FURTHER, POINT_BACK, SEE]
 
 
 @pytest.mark.parametrize(("utterance", "last", "label", "call"), [

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bolt_ros.assistant.config import SceneMemoryConfig
+from bolt_ros.assistant.facts import FactNote
 
 
 def approx_tokens(text: str) -> int:
@@ -117,6 +118,7 @@ class Conversation:
         self.keep_last_call = keep_last_call
         self.history: list[dict] = []
         self.records: list[TurnRecord] = []
+        self.facts = FactNote()  # what the person told about themselves (facts.py): memory mode only
 
     def user_message(self, utterance: str, scene: str = "") -> dict:
         content = f"[{scene}]\n{utterance}" if scene else utterance
@@ -162,8 +164,8 @@ class Conversation:
             # way" with "Looking right." and no call
             last = [m for m in last if m["role"] != "assistant" or m.get("tool_calls")] if any(
                 m.get("tool_calls") for m in last) else []
-            memory = self.memory(skip_last=bool(last))
-            earlier = [{"role": "system", "content": memory}] if memory else []
+            memory, facts = self.memory(skip_last=bool(last)), self.facts.render()
+            earlier = [{"role": "system", "content": m} for m in (facts, memory) if m]
             earlier += last
         return [{"role": "system", "content": self.system_prompt}, *earlier, *pending]
 
@@ -189,6 +191,8 @@ class Conversation:
             self._drop_oldest_turn()
         if record is not None:
             self.records = [*self.records, record][-max(self.memory_turns, 16):]
+            if not record.moves:  # a request's words tell what to do, not about the person
+                self.facts.add(record.said)
 
     def _drop_oldest_turn(self) -> None:
         # drop whole turns: cut up to the next user message so no tool result loses its call

@@ -24,13 +24,24 @@ from __future__ import annotations
 import itertools
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bolt_ros.assistant.backend import ToolCallRequest
 from bolt_ros.assistant.config import IntentConfig
 from bolt_ros.engine.decode.choice import check_prefix_free, option_probabilities
 
 TALK, REPEAT, REVERSE = "talk", "repeat", "reverse"
+# issue 34: "a bit more to the right" (FURTHER: the head on from where it is, `move_head`'s relative call, named
+# FURTHER_CALL by its direction), "show me!" after "do you know how to dance?" (POINT_BACK: the move the last turns
+# were about) and "who is there?" (SEE: answered from the newest caption, tool_loop/scene.py)
+FURTHER, POINT_BACK, SEE = "further", "that", "see"
+FURTHER_CALL = "more_{direction}"  # config/assistant.yaml: move_head's expand name (offer: false)
+_WORDS = {"left": "left", "right": "right", "up": "up", "higher": "up", "upwards": "up", "upward": "up",
+          "ceiling": "up", "sky": "up", "down": "down", "lower": "down", "downwards": "down", "downward": "down",
+          "floor": "down", "ground": "down"}
+_ALL = re.compile(r"\b(all the way|as far as|fully|completely|to the max|maximum)\b", re.IGNORECASE)
+_MORE = re.compile(r"\b(more|further|farther|keep|bit|little|all the way|again|extra|on)\b", re.IGNORECASE)
+_BIT = re.compile(r"\b(bit|little|slightly|touch|tad|tiny|smidge|inch)\b", re.IGNORECASE)
 YES, NO = "yes", "no"  # the second classifier's answers
 
 
@@ -110,10 +121,12 @@ class IntentClassifier:
 
     # ---- the prompt ---------------------------------------------------------------------------------------------
     def labels_for(self, tools: list[dict]) -> list[str]:
-        """The labels these tools give: talk, every tool without required arguments, then repeat / reverse."""
+        """The labels these tools give: talk, every tool without arguments, then repeat / reverse, further (with head
+        turns to go on from), that, and see."""
         names = [t["function"]["name"] for t in tools
-                 if not (t["function"].get("parameters") or {}).get("required")]
-        return [TALK, *names] + ([REPEAT, REVERSE] if names else [])
+                 if not (t["function"].get("parameters") or {}).get("properties")]
+        moves = [REPEAT, REVERSE] + ([FURTHER] if any(n.startswith("look_") for n in names) else []) + [POINT_BACK]
+        return [TALK, *names] + (moves if names else []) + [SEE]
 
     def _build(self, tools: list[dict]) -> FewShot:
         names = self.labels_for(tools)
@@ -136,25 +149,88 @@ class IntentClassifier:
     def decide(self, utterance: str, tools: list[dict], last_move: str | None = None, *,
                cancel: threading.Event | None = None) -> Decision | None:
         """The turn's intent; None when cancelled. `last_move`: the name of the robot's last successful
-        parameterless call (what repeat / reverse act on); with none, repeat and reverse are answered in words."""
+        parameterless call (what repeat / reverse act on); with none, repeat and reverse are answered in words.
+        A POINT_BACK decision acts on the last move here; point_back() finds what the earlier words were about."""
         by_name = self._build(tools).probs(utterance, cancel)
         if by_name is None:
             return None
         label = max(by_name, key=by_name.get)
+        # act or talk is the first question, which act the second: with more labels for acts (more, that_move), a
+        # request's mass spreads over them ("act happy!": answer 0.34, happy 0.22, that_move 0.11)
+        acts = {k: v for k, v in by_name.items() if k not in (TALK, SEE)}
+        p_act = sum(acts.values())
+        if label == TALK and p_act > by_name[TALK]:
+            label = max(acts, key=acts.get)
         p_request = vetoed = None
-        if label != TALK and self._confirm is not None:
+        if label not in (TALK, SEE) and self._confirm is not None:
             confirm = self._confirm.probs(utterance, cancel)
             if confirm is None:
                 return None
             p_request = confirm[YES]
             # product of experts over act / talk: no weight, no threshold
-            if by_name[label] * confirm[YES] <= by_name[TALK] * confirm[NO]:
+            if p_act * confirm[YES] <= by_name[TALK] * confirm[NO]:
                 label, vetoed = TALK, label
-        target = resolve_target(label, utterance, last_move, self._opposite)
+        args: dict = {}
+        if label == FURTHER:
+            target, args = further(utterance, last_move)
+        elif label == POINT_BACK:
+            target = last_move
+        else:
+            target = resolve_target(label, utterance, last_move, self._opposite)
         call = None
-        if target is not None and target != TALK and target in by_name:
-            call = ToolCallRequest(f"intent_{next(self._ids)}", target, {})
+        if target is not None and ((target in by_name and target not in (TALK, SEE)) or _is_further(target)):
+            call = ToolCallRequest(f"intent_{next(self._ids)}", target, args)
         return Decision(label, by_name[label], call, by_name, p_request, vetoed)
+
+    def point_back(self, decision: Decision, earlier: list[str], tools: list[dict],
+                   cancel: threading.Event | None = None) -> Decision:
+        """A POINT_BACK decision ("Go on, show me!") acting on the move the person's earlier words (newest first)
+        were about, if they were about one; else as decided (the last move, or words)."""
+        target = self._pointed_at(earlier, tools, cancel) if decision.label == POINT_BACK else None
+        if target is None:
+            return decision
+        return replace(decision, call=ToolCallRequest(f"intent_{next(self._ids)}", target, {}))
+
+    def _pointed_at(self, earlier: list[str], tools: list[dict], cancel) -> str | None:
+        """The move the person's last words were about ("Do you know how to dance?" -> dance): the first
+        classifier's likeliest move for them, when it is a real contender (p >= POINTED_P) and not a head turn."""
+        moves = [n for n in self._build(tools).names if n not in (TALK, REPEAT, REVERSE, FURTHER, POINT_BACK, SEE)]
+        for words in list(earlier)[:2]:  # a move named by its words ("how to dance" -> dance)
+            said = re.findall(r"[a-z]+", words.lower())
+            named = [m for m in moves if all(any(w.startswith(part[:4]) for w in said) for part in m.split("_"))]
+            if len(named) == 1:
+                return named[0]
+        for words in list(earlier)[:2]:
+            probs = self._build(tools).probs(words, cancel)
+            if probs is None:
+                return None
+            moves = {k: v for k, v in probs.items() if k not in (TALK, REPEAT, REVERSE, FURTHER, POINT_BACK, SEE)}
+            best = max(moves, key=moves.get, default=None)
+            if best is not None and moves[best] >= POINTED_P:
+                return best
+        return None
+
+
+POINTED_P = 0.3  # an earlier utterance's move counts as what "show me" points at from this probability on
+
+
+def _is_further(name: str) -> bool:
+    return any(name == FURTHER_CALL.format(direction=d) for d in set(_WORDS.values()))
+
+
+def further(utterance: str, last_move: str | None) -> tuple[str | None, dict]:
+    """"A bit more to the right" / "a little higher" / "all the way" -> (more_<direction>, {"amount": ...}): the
+    direction the person names, else the one of the last head move (look_right, more_right); None without either."""
+    said = [_WORDS[w] for w in re.findall(r"[a-z]+", utterance.lower()) if w in _WORDS]
+    tail = (last_move or "").rsplit("_", 1)[-1]
+    went = tail if tail in _WORDS.values() and (last_move.startswith("look_") or _is_further(last_move)) else None
+    direction = said[-1] if said else went if _MORE.search(utterance) else None
+    if direction is None:  # "come back to me" is no way on
+        return None, {}
+    if direction != went:  # "and down" after a look up, "look down" first: a look that way, not further
+        return f"look_{direction}", {}
+    amount = "all" if _ALL.search(utterance) else "bit" if _BIT.search(utterance) else "more"
+    return FURTHER_CALL.format(direction=direction), {"amount": amount}
 
 
 def resolve_target(label: str, utterance: str, last_move: str | None, opposite: dict[str, str]) -> str | None:
@@ -163,6 +239,8 @@ def resolve_target(label: str, utterance: str, last_move: str | None, opposite: 
     scored look_right highest (0.34; look_left 0.29, reverse 0.15) and the head turned right (issue 36). So when the
     utterance names exactly one move of an opposite pair by its word (look_left: "left"), a reverse, or that move's
     opposite, is that move."""
+    if label == REVERSE and last_move and _is_further(last_move):  # the other way after "a bit more right": left
+        last_move = "look_" + last_move.rsplit("_", 1)[-1]
     target = {REPEAT: last_move, REVERSE: opposite.get(last_move or "")}.get(label, label)
     said = set(re.findall(r"[a-z]+", utterance.lower()))
     named = [m for m in opposite if m.rsplit("_", 1)[-1] in said]

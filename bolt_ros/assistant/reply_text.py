@@ -37,6 +37,13 @@ def unframe(sentence: str) -> str:
     return rest[:1].upper() + rest[1:]
 
 
+# "I'm sorry, but I can't assist with that request." was the 0.5B model's answer to a person telling of a small mishap
+# (2 of 3 seeds, issue 34): small talk is never refused, such a sentence is held back and the turn answered anew
+REFUSAL = re.compile(r"\b(?:can ?not|can't|can’t|unable to|not able to|won't be able to)\s+(?:assist|help)"
+                     r"(?:\s+you)?\s+with\s+(?:that|this|your)|\bi (?:didn't|did not|don't|do not) understand your"
+                     r"|\bwhat do you need (?:assistance|help) with\b", re.IGNORECASE)
+
+
 _GREETING = r"(?:hello|hi|hey|good ?night|good morning|good evening|thanks|thank you|bye|goodbye)"
 
 

@@ -13,7 +13,6 @@ reported through `emit` as it happens.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -23,9 +22,14 @@ from typing import Literal
 
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
-from bolt_ros.assistant.reply_text import CALL_AS_TEXT, ngrams, norm, said_before, unaddress, unframe
+from bolt_ros.assistant.facts import FACTS_HEADER
+from bolt_ros.assistant.intent import POINT_BACK, SEE
+from bolt_ros.assistant.reply_text import CALL_AS_TEXT, REFUSAL, ngrams, norm, said_before, unaddress, unframe
+from bolt_ros.assistant.scene import newest_caption, see_options
 from bolt_ros.assistant.sentences import SentenceSplitter, sentence_count
 from bolt_ros.assistant.tools import ToolOutcome, correction_line
+from bolt_ros.assistant.turn_parts import already_done, assistant_message, fresh_line, merge_stats, utf8_bound
+from bolt_ros.assistant.turn_parts import arguments_json as arguments_json  # the node's import
 
 EventKind = Literal["text", "thought", "sentence", "tool_call", "tool_result", "state", "error"]
 IDLE, THINKING, SPEAKING, ACTING = "idle", "thinking", "speaking", "acting"
@@ -100,24 +104,32 @@ class ToolLoop:
         self._set_state(THINKING)
         res.t_request = time.perf_counter()
         decision = self.intent.decide(utterance, tools, conv.last_move(), cancel=cancel)
+        if decision is not None and decision.label == POINT_BACK:  # "show me!": what the last turns were about
+            decision = self.intent.point_back(decision, [r.said for r in reversed(conv.records[-2:])], tools, cancel)
         if decision is None or cancel.is_set():
             res.cancelled = True
             return
         res.stats.update(intent=decision.label, intent_p=round(decision.p, 3),
                          intent_ms=(time.perf_counter() - res.t_request) * 1e3)
+        caption = newest_caption(res.messages[0].get("content") or "") if decision.label == SEE else ""
+        if caption:  # "who is there?": what the camera saw last, in the caption's words (scene.py)
+            return self._say_line(fresh_line(conv, see_options(caption)), res)
+        name = conv.facts.name_answer(utterance) if decision.call is None else ""
+        if name:  # "what's my name?": the name they told (facts.py)
+            return self._say_line(name, res)
         if decision.call is not None:
             call = decision.call
             res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
             self.emit(LoopEvent("tool_call", call=call))
-            res.messages.append(_assistant_message("", [call]))
+            res.messages.append(assistant_message("", [call]))
             self._run_tools([call], res, cancel, allowed=True)
             if res.cancelled or self._say_instead(conv, res.tool_results, res):
                 return
         for _ in range(1 + (RESAMPLES if getattr(self.backend, "samples", True) else 0)):
             self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
-            if res.stopped != PARROTED or res.spoken or res.cancelled:
+            if res.stopped not in (PARROTED, REFUSED) or res.spoken or res.cancelled:
                 break
-            res.stopped = ""  # it opened by parroting: a new sample (the sampler has moved on), not silence
+            res.stopped = ""  # it opened by parroting or refusing: a new sample (the sampler has moved on)
 
     def _model_turn(self, conv, res, tools, enable_thinking, cancel, t0) -> None:
         """The model decides: its calls run and their results go back to it, for up to max_tool_rounds rounds."""
@@ -142,7 +154,7 @@ class ToolLoop:
             # every sentence was held back (the memory note read out, a call written as text): a person asked and
             # deserves an answer, not silence
             res.stats["at_a_loss"] = res.stopped or "no words"
-            line = _fresh_line(conv, self.at_a_loss)
+            line = fresh_line(conv, self.at_a_loss)
             res.messages.append({"role": "assistant", "content": line})
             res.stopped, res.text = "", line
             self._set_state(SPEAKING)
@@ -167,10 +179,12 @@ class ToolLoop:
         if budget is None:
             messages = conv.messages(res.messages)
         else:  # oldest turns go first; exact counting only when a cheap upper bound says it may not fit
-            messages = conv.fitted(res.messages, lambda m: _utf8_bound(m, tools) <= budget
+            messages = conv.fitted(res.messages, lambda m: utf8_bound(m, tools) <= budget
                                    or self.backend.prompt_tokens(m, tools) <= budget)
         # the conversation's memory (system messages after the first) is never read out as speech
-        self._memory = ngrams(" ".join(m["content"] for m in messages[1:] if m["role"] == "system"))
+        # (the note of what the person told is there to be answered back: facts.py)
+        self._memory = ngrams(" ".join(m["content"] for m in messages[1:] if m["role"] == "system"
+                                       and not m["content"].startswith(FACTS_HEADER)))
         stream = self.backend.stream_chat(messages, tools, enable_thinking=enable_thinking, cancel=cancel,
                                           words_only=words_only)
         try:
@@ -189,13 +203,13 @@ class ToolLoop:
                     self.emit(LoopEvent("thought", ev.text))
                 elif isinstance(ev, ToolCallRequest):
                     res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
-                    if _already_done(ev, res):  # small models repeat a call after its result: the turn is done
+                    if already_done(ev, res):  # small models repeat a call after its result: the turn is done
                         res.stopped = "repeated tool call"
                         break
                     calls.append(ev)
                     self.emit(LoopEvent("tool_call", call=ev))
                 elif isinstance(ev, Finished):
-                    _merge_stats(res.stats, ev.stats)
+                    merge_stats(res.stats, ev.stats)
         finally:
             close = getattr(stream, "close", None)
             if close is not None:  # a cut-off model call stops generating now (the engine frees its session)
@@ -213,7 +227,7 @@ class ToolLoop:
         reply = "".join(text)
         res.text += ("" if not res.text or not reply else " ") + reply.strip()
         if reply or calls:
-            res.messages.append(_assistant_message(reply, calls))
+            res.messages.append(assistant_message(reply, calls))
         return calls
 
     def _speak(self, sentence: str, res: TurnResult, *, model: bool = True) -> bool:
@@ -223,6 +237,9 @@ class ToolLoop:
         if res.stopped:
             return False
         if model:
+            if REFUSAL.search(sentence):  # small talk is never refused ("I can't assist with that.")
+                res.stopped, self._held = REFUSED, None
+                return False
             opening = [*res.spoken, *([self._held] if self._held else []), sentence]
             if self._parrots(sentence, opening, res):
                 res.stopped, self._held = PARROTED, None
@@ -277,7 +294,7 @@ class ToolLoop:
         conv, res, cancel = self._turn
         if res.cancelled or res.stopped or cancel.is_set():
             return
-        line, n = _fresh_line(conv, lines), len(res.spoken)
+        line, n = fresh_line(conv, lines), len(res.spoken)
         self._speak(line, res, model=False)
         if len(res.spoken) > n:
             self._acked = line
@@ -291,7 +308,10 @@ class ToolLoop:
             return self._after_acknowledged(outcomes, failed, res)
         if not outcomes or not all(o.say for o in failed or outcomes):
             return False
-        line = failed[0].say[0] if failed else _fresh_line(conv, outcomes[-1].say)
+        return self._say_line(failed[0].say[0] if failed else fresh_line(conv, outcomes[-1].say), res)
+
+    def _say_line(self, line: str, res: TurnResult) -> bool:
+        """The turn ends with the robot's own line (not the model's words)."""
         res.messages.append({"role": "assistant", "content": line})
         self._set_state(SPEAKING)
         self._speak(line, res, model=False)
@@ -347,54 +367,6 @@ class ToolLoop:
             self.emit(LoopEvent("state", state))
 
 
-def _fresh_line(conv: Conversation, options: list[str]) -> str:
-    """The first of `options` not said in the recent turns, else the one said longest ago."""
-    recent = [norm(r) for r in conv.recent_replies()]
-    return next((x for x in options if norm(x) not in recent),
-                min(options, key=lambda x: max((i for i, r in enumerate(recent) if r == norm(x)), default=-1)))
-
-
-def _assistant_message(content: str, calls: list[ToolCallRequest]) -> dict:
-    """The history's message for a reply and the calls it made (an unparsable call keeps empty arguments)."""
-    msg: dict = {"role": "assistant", "content": content}
-    if calls:
-        msg["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.name, "arguments": c.arguments if c.error is None else {}}}
-                             for c in calls]
-    return msg
-
-
-def _merge_stats(acc: dict, new: dict) -> None:
-    """Sum token counts over the model calls of a turn; rates and acceptance are token-weighted means."""
-    n_old, n_new = acc.get("completion_tokens", 0), new.get("completion_tokens", 0)
-    for key in ("tokens_per_second", "acceptance_length"):
-        if key in new:
-            total = n_old + n_new
-            acc[key] = (acc.get(key, 0.0) * n_old + new[key] * n_new) / total if total else new[key]
-    new = {"prefill_tokens": new.get("prompt_tokens", 0), **new}  # a backend without prefix reuse runs it all
-    for key in ("prompt_tokens", "prefill_tokens", "completion_tokens"):
-        acc[key] = acc.get(key, 0) + int(new.get(key, 0))
-
-
-def _call_key(name: str, arguments) -> str:
-    return json.dumps([name, arguments], sort_keys=True)
-
-
-def _already_done(call: ToolCallRequest, res: TurnResult) -> bool:
-    """The same call (name and arguments) already succeeded in this turn."""
-    key = _call_key(call.name, call.arguments)
-    return any(r.ok and _call_key(c.name, c.arguments) == key for c, r in zip(res.tool_calls, res.tool_results))
-
-
-def _utf8_bound(messages: list[dict], tools: list[dict]) -> int:
-    """An upper bound on the prompt's tokens without tokenizing: a byte-level BPE or SPM token covers at least one
-    UTF-8 byte of text, plus a generous 16 tokens of template markup per message."""
-    return len(json.dumps([messages, tools], ensure_ascii=False).encode()) + 16 * len(messages)
-
-
 # a model's reply that parrots is cut there (ToolLoop._parrots); one that opens so is sampled anew this many times
 PARROTED, RESAMPLES, PARROT_TURNS, PARROT_WORDS = "parroted", 2, 6, 4
-
-
-def arguments_json(call: ToolCallRequest) -> str:
-    return json.dumps(call.arguments) if call.arguments is not None else call.raw
+REFUSED = "refused"  # a model's sentence that refuses small talk (reply_text.REFUSAL): sampled anew too

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from bolt_ros.assistant.backend import ToolCallRequest
+from bolt_ros.assistant.relative import AT_LIMIT_CUE, RelativeMove
 
 _JSON_TYPES: dict[str, Any] = {"string": str, "number": float, "integer": int, "boolean": bool}
 _TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
@@ -51,6 +52,7 @@ class Expand(BaseModel):
     parameter: str
     name: str = "{value}"
     description: str = ""  # "{value}" template; "" = the value's description from enum_from, else "<tool>: <value>"
+    offer: bool = True  # False: the names resolve (the intent classifier's calls) but the model sees the tool itself
 
 
 class ToolSpec(BaseModel):
@@ -68,6 +70,7 @@ class ToolSpec(BaseModel):
     clamp: bool = False               # numbers out of [minimum, maximum] are clamped instead of refused
     enum_from: EnumSource | None = None
     expand: Expand | None = None
+    relative: RelativeMove | None = None  # a direction argument moves on from the current pose (relative.py)
     cancel_on_barge_in: bool = True   # barge-in cancels this tool's running goals
     # What a successful call means to the conversation ({argument} placeholders, underscores read as spaces):
     # `done` goes into the robot's memory of the turn ("you played your {name} animation"); `say` lines are spoken
@@ -112,6 +115,9 @@ class ToolSpec(BaseModel):
                 raise ValueError(f"tool {self.name}: expand.parameter must name a string enum parameter")
             if "{value}" not in self.expand.name:
                 raise ValueError(f"tool {self.name}: expand.name must contain {{value}}")
+        rel = self.relative
+        if rel and not set(props.get(rel.parameter, {}).get("enum") or [None]) <= set(rel.joints):
+            raise ValueError(f"tool {self.name}: relative.parameter must be a string enum of the joints' directions")
         if ("/action/" if self.kind == "action" else "/srv/") not in self.type:
             raise ValueError(f"tool {self.name}: type {self.type!r} does not match kind {self.kind!r}")
         return self
@@ -127,11 +133,14 @@ class ToolError(Exception):
 # the router: "server ... is not available").
 NOT_CONNECTED = "I can't move right now: my body isn't connected."
 TOO_FAR = "I can't turn that far."
+AT_LIMIT = "I can't go any further that way."  # a relative move already at the limit (relative.py)
 DID_NOT_WORK = "That move didn't work, sorry."  # any other failure of a goal the robot was sent (a timeout, ...)
 
 
 def failure_line(error: str) -> str:
     """The sentence for a motion whose goal failed with `error`."""
+    if AT_LIMIT_CUE in error:
+        return AT_LIMIT
     if "is not available" in error:
         return NOT_CONNECTED
     if "out of reach" in error or "did not reach the target" in error or ("target refused" in error
@@ -207,7 +216,7 @@ class Tool:
         """This tool as the model sees it: itself, or one parameterless tool per enum value (`expand`); names that
         collide with another tool's stay reachable through the tool itself."""
         names = {n: v for n, v in self.expanded().items() if n not in taken}
-        if not names:
+        if not names or not self.spec.expand.offer:
             return [self.openai()]
         described = dict(zip(self.enum_values or [], self.enum_descriptions))
         template = self.spec.expand.description
@@ -231,19 +240,25 @@ class Tool:
         if self.spec.clamp:
             arguments = self._clamped(arguments)
         try:
-            return self._model.model_validate(arguments).model_dump(exclude_none=True)
+            out = self._model.model_validate(arguments).model_dump(exclude_none=True)
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
                                  for err in e.errors())
             raise ToolError(f"invalid arguments for {self.spec.name}: {problems}") from None
+        rel = self.spec.relative  # without a direction, the absolute arguments are required
+        missing = [k for k in (rel.otherwise_required if rel and not rel.applies(out) else []) if k not in out]
+        if missing:
+            raise ToolError(f"invalid arguments for {self.spec.name}: {missing[0]}: Field required (or give "
+                            f"{rel.parameter})")
+        return out
 
     def done_text(self, args: dict) -> str:
-        return _fill(self.spec.done, args) if self.spec.done else f"you used {self.spec.name}"
+        return fill_words(self.spec.done, args) if self.spec.done else f"you used {self.spec.name}"
 
     def say_lines(self, args: dict, result: dict | None = None) -> list[str]:
         """The lines to speak, filled from the arguments and the result's fields (a list read as "a, b and c")."""
         spoken = {k: _spoken_list(v) for k, v in (result or {}).items() if isinstance(v, list | str | int | float)}
-        return [_fill(t, {**spoken, **args}) for t in self.spec.say]
+        return [fill_words(t, {**spoken, **args}) for t in self.spec.say]
 
     def result_for_model(self, result: dict) -> str:
         """A successful result in the tool's words ("" = the model reads the JSON)."""
@@ -253,7 +268,7 @@ class Tool:
         if isinstance(flat.get("names"), str) and isinstance(result.get("descriptions"), list):  # name: what, ...
             flat["listing"] = "; ".join(f"{n.replace('_', ' ')} ({d.rstrip('.')})" if d else n.replace("_", " ")
                                         for n, d in zip(result["names"], result["descriptions"]))
-        return _fill(self.spec.result_text, flat)
+        return fill_words(self.spec.result_text, flat)
 
     def request_fields(self, args: dict) -> dict[str, Any]:
         """Validated arguments -> {goal/request field path: value}; paths like "target.head_yaw"."""
@@ -303,7 +318,7 @@ def _spoken_list(v: Any) -> Any:
     return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def _fill(template: str, values: dict) -> str:
+def fill_words(template: str, values: dict) -> str:
     """`template` with {name} replaced by the value as words (underscores read as spaces); unknown names stay."""
     return re.sub(r"\{(\w+)\}", lambda m: str(values[m[1]]).replace("_", " ") if m[1] in values else m[0],
                   template)

@@ -21,12 +21,14 @@ from rclpy.action import ActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.node import Node
 from rclpy.task import Future
+from sensor_msgs.msg import JointState
 from unique_identifier_msgs.msg import UUID
 
 from bolt_ros.assistant.backend import ToolCallRequest
-from bolt_ros.assistant.tools import Tool, ToolError, ToolOutcome, ToolRegistry, failure_line
+from bolt_ros.assistant.relative import TO_LIMIT, RelativeError, plan_relative
+from bolt_ros.assistant.tools import Tool, ToolError, ToolOutcome, ToolRegistry, failure_line, fill_words
 
-_UNFILLED = re.compile(r"\{\w+\}")  # a say line's placeholder the arguments did not fill (tools._fill)
+_UNFILLED = re.compile(r"\{\w+\}")  # a say line's placeholder the arguments did not fill (tools.fill_words)
 _STATUS = {GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
            GoalStatus.STATUS_CANCELED: "canceled"}
 
@@ -83,11 +85,24 @@ class ToolRouter:
                 src = spec.enum_from
                 self._enum_clients[name] = node.create_client(import_interface(src.type), src.service,
                                                               callback_group=callback_group)
+        # the joints' measured positions (joint_states) and limits, for tools that move on from where the robot is
+        self.positions: dict[str, float] = {}
+        self.limits: dict[str, tuple[float, float]] = {}
+        states = {t.spec.relative.state_topic for t in registry.tools.values() if t.spec.relative}
+        if states:
+            from bolt_ros.robot import load_robot_config
+            lim = load_robot_config().limits
+            self.limits = {n: (getattr(lim, n).lower, getattr(lim, n).upper) for n in type(lim).model_fields}
+        for topic in states:
+            node.create_subscription(JointState, topic, self._on_joint_state, 10, callback_group=callback_group)
         self._running: dict[int, tuple[Tool, Any]] = {}  # id(goal handle) -> (tool, handle) of goals in flight
         self._lock = threading.Lock()
         self.accept_latency_ms: deque[float] = deque(maxlen=100_000)  # call received -> server accepted the goal
         self.accept_seen_latency_ms: deque[float] = deque(maxlen=100_000)  # ... -> the acceptance reached us
         self.send_latency_ms: deque[float] = deque(maxlen=100_000)    # call received -> goal handed to rclpy
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        self.positions = {**self.positions, **dict(zip(msg.name, msg.position, strict=False))}
 
     # ---- the call path -------------------------------------------------------------------------------------
     def call(self, call: ToolCallRequest, cancel: threading.Event,
@@ -101,24 +116,34 @@ class ToolRouter:
             tool, args = self.registry.resolve(call)
             fields = tool.request_fields(args)
             sent = True  # from here on a failure is the robot's, not the call's (bad arguments go back to the model)
+            rel = tool.spec.relative
+            relative = rel is not None and rel.applies(args)
+            if relative:  # on from where the joint is now, inside its limits (relative.py), or a plain reason
+                try:
+                    moved, how, words = plan_relative(rel, args, self.positions, self.limits)
+                except RelativeError as e:
+                    raise ToolError(str(e)) from None
+                fields.update(moved)
+                said = [fill_words(x, words)
+                        for x in (rel.say_at_limit if how == TO_LIMIT else rel.say) or tool.spec.say]
             if tool.spec.kind == "action":
-                lines = tool.say_lines(args) if started is not None else []
+                lines = (said if relative else tool.say_lines(args)) if started is not None else []
                 # lines naming the result's fields ("{names}") can only be said after it
                 moving = (lambda: started(lines)) if lines and not any(_UNFILLED.search(x) for x in lines) else None
                 content = self._run_action(tool, fields, cancel, t0, moving)
             else:
                 content = self._run_service(tool, fields, cancel, t0)
-            done = tool.done_text(args)
+            done = fill_words(rel.done, words) if relative else tool.done_text(args)
             # what the model reads back: the result in the tool's words, or for a motion that speaks its own line
             # (no words round reads it) what it did, as the conversation's last turn shows it
             text = tool.result_for_model(content.get("result", {})) or (f"{done[0].upper()}{done[1:]}."
                                                                          if tool.spec.say else "")
             out = ToolOutcome(call.id, call.name, True, json.dumps(content), done=done,
-                              say=tool.say_lines(args, content.get("result", {})), text=text)
+                              say=said if relative else tool.say_lines(args, content.get("result", {})), text=text)
         except ToolError as e:
             # a motion (a tool with lines of its own) the robot could not do says why in plain words (interrupted:
             # the turn is over anyway)
-            plain = sent and tool.spec.say and not cancel.is_set()
+            plain = sent and (tool.spec.say or tool.spec.relative) and not cancel.is_set()
             out = ToolOutcome(call.id, call.name, False, error=str(e), say=[failure_line(str(e))] if plain else [])
         except Exception as e:  # a router bug must not take the node down; the model and the log both see it
             out = ToolOutcome(call.id, call.name, False, error=f"internal error: {type(e).__name__}: {e}")

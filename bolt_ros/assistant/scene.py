@@ -1,0 +1,35 @@
+"""A question about who or what is in view, answered from the newest caption (issue 34).
+
+Asked "Who is there?" with a caption of a man in the doorway in its prompt, the 0.5B model introduced the robot
+itself ("There's Bolt, a small friendly robot ...") or said "How can I assist you today?"; asked "Is anyone else
+around?" after a caption of a cat, "Yes, there are people nearby." (conversation_scripts_heldout3.yaml, before any
+change). The intent classifier's `see` label marks such a question, and the robot says what its camera saw last, in
+words of the caption itself; with no caption the model answers as before (it cannot know).
+"""
+from __future__ import annotations
+
+import re
+
+from bolt_ros.assistant.conversation import SCENE_HEADER
+
+# the scene block as Conversation.user_message writes it: "[What you see (newest last):\n- just now: ...\n]\n..."
+_LINE = re.compile(r"^\s*-\s*(?:just now|\d+ s ago|\d+ min ago):\s*(.+?)\s*$", re.MULTILINE)
+SEE_LINES = ["Right now, {caption}.", "From here I can see this: {caption}.", "What I see: {caption}."]
+
+
+def newest_caption(user_content: str) -> str:
+    """The newest caption in a user message's scene block ("" when it has none)."""
+    if SCENE_HEADER not in user_content:
+        return ""
+    block = user_content.split(SCENE_HEADER, 1)[1].split("]\n", 1)[0]
+    lines = _LINE.findall(block)
+    return lines[-1].rstrip(".") if lines else ""
+
+
+def see_options(caption: str) -> list[str]:
+    """What to say for a caption, in its own words ("Right now, a cat is sleeping on a blue sofa."); its first
+    letter in lower case after an article ("A small grey cat" -> "a small grey cat")."""
+    first, _, rest = caption.partition(" ")
+    if first.lower() in ("a", "an", "the", "two", "three", "some", "someone", "somebody"):
+        caption = f"{first.lower()} {rest}".strip()
+    return [x.format(caption=caption) for x in SEE_LINES]
