@@ -139,3 +139,20 @@ def test_a_short_line_said_again_plays_its_kept_audio(ros):
     assert synth.counts["cached"] == 1 and again == first
     # negative control: a long line is synthesized anew, and Piper renders it differently each time
     assert spoken(long) != spoken(long) and synth.counts["cached"] == 1
+
+
+def test_a_clause_is_not_cut_before_a_name_so_the_robot_never_calls_the_person_by_its_own():
+    """'"Thank you for asking, Bolt!"' cut at its comma left 'Bolt!' as a unit of its own, which reply_text.unaddress
+    (it takes ', Bolt' out) could not see: the robot said its own name to the person (a spoken make run)."""
+    assert split('"Thank you for asking, Bolt!" I am glad.') == ['"Thank you for asking, Bolt!"', "I am glad."]
+    assert split("Thanks for coming today, Anna, it was lovely.")[0] == "Thanks for coming today, Anna,"
+    events = []
+    loop = ToolLoop(ScriptedBackend([{"match": ".", "reply": [{"text": '"Thank you for asking, Bolt!" I am glad.'}]}]),
+                    lambda c, x: None, events.append, own_name="Bolt")
+    loop.first_clause = 4
+    conv = Conversation("sys")
+    loop.run(conv, conv.user_message("thanks"), [], enable_thinking=False, cancel=threading.Event())
+    said = [e.text for e in events if e.kind == "sentence"]
+    assert said and not any("Bolt" in s for s in said), said
+    # the clause still comes before a lower-case word or "I"
+    assert split("I think that is great, I really do like it.") == ["I think that is great,", "I really do like it."]

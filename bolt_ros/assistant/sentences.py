@@ -6,7 +6,8 @@ so a sentence is released when the text after it starts (or at flush(), when the
 
 The first clause (issue 33): with `first_clause` words (4), a reply's first unit is released before its sentence
 is complete, so the synthesizer starts while the model still writes: at a comma, semicolon, colon or dash after
-at least that many words ("Paris is the capital of France, | and ..."), or, with no such mark, after
+at least that many words ("Paris is the capital of France, | and ..."; once the next word is there, and not when
+it ends the sentence or is capitalized: "Thank you for asking, Bolt!" stays whole), or, with no such mark, after
 `clause_max_words` (8) words at a phrase boundary: before a conjunction, never after an article, a preposition or
 an auxiliary ("the capital of | France" would fall in pitch where the phrase goes on). The rest of that sentence
 is released as the next unit. Only the first unit of a reply: later ones are whole sentences.
@@ -27,6 +28,7 @@ _OPEN_WORDS = {"a", "an", "the", "of", "to", "in", "on", "at", "for", "with", "f
 # a new phrase starts with these: the best place to end a first unit that has no comma
 _PHRASE_STARTS = {"and", "but", "or", "so", "because", "which", "who", "when", "while", "if", "since", "though",
                   "although", "where", "then", "that"}
+_I = {"i", "i'm", "i'll", "i've", "i'd"}
 _CLAUSE_HARD_MAX = 14          # words: a first unit with no good boundary by then waits for its sentence
 
 
@@ -63,9 +65,18 @@ class SentenceSplitter:
         """The reply's first unit before its sentence is done, if the text so far has one (module doc)."""
         end = None
         for m in _CLAUSE_MARK.finditer(self.buf):
-            if len(self.buf[:m.start()].split()) >= self.first_clause:
-                end = m.end()
-                break
+            if len(self.buf[:m.start()].split()) < self.first_clause:
+                continue
+            nxt = re.match(r"\s*(\S+)\s", self.buf[m.end():])
+            if nxt is None:
+                return []   # the word after the mark decides: wait for it
+            word = nxt.group(1)
+            # not when the sentence ends with that word ("..., Bolt!": said whole, a name the person is addressed
+            # by can be taken out of it, reply_text.unaddress) nor before a capitalized word (a name: "..., Anna, ...")
+            if _SENTENCE_END.search(word) or (word[:1].isupper() and _bare(word) not in _I):
+                continue
+            end = m.end()
+            break
         if end is None:
             end = self._phrase_break()
         if end is None:
