@@ -39,6 +39,12 @@
 #define DUP 1
 #endif
 #define XLANES (LANES * DUP)  /* int32 lanes of one x group in the rows-as-lanes layout */
+/* one row, Q4_0 / Q5_0: blocks whose nibble halves one instruction takes side by side (a ymm: 2, a zmm: 4) */
+#ifdef PAIR
+#define NIBG 4
+#else
+#define NIBG 2
+#endif
 
 static int is_k(int t) { return t == Q4_K || t == Q5_K || t == Q6_K; }
 static int has_min(int t) { return t == Q4_1 || t == Q5_1 || t == Q4_K || t == Q5_K; }

@@ -56,7 +56,7 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
         o->h32t = calloc((size_t)(ch * (K / 64 + 1) * XLANES), sizeof(int32_t));
         o->h16t = calloc((size_t)(ch * (K / 32) * XLANES), sizeof(int32_t));
     }
-    if (M == 1 && bs == 32) o->qp = calloc((size_t)((K / 32 + 1) / 2 * 64), 1);
+    if (M == 1 && bs == 32) o->qp = calloc((size_t)((K / 32 + NIBG - 1) / NIBG * NIBG * 32), 1);
     if (!o->q || !o->d || !o->s32 || !o->h32 || !o->h16
         || (M > 1 && (!o->qt || !o->dt || !o->s32t || !o->h32t || !o->h16t))
         || (M == 1 && bs == 32 && !o->qp))
@@ -75,11 +75,12 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
             o->h32[m * (K / 32) + i] = (int16_t)t;
         }
     }
-    /* pairs of blocks b, b + 1: [b 0..15 | b+1 0..15][b 16..31 | b+1 16..31], as two nibble halves meet them */
+    /* groups of NIBG blocks b, b + 1, ...: [b 0..15 | b+1 0..15 ...][b 16..31 | b+1 16..31 ...], as the blocks'
+     * nibble halves meet them side by side */
     if (o->qp)
         for (int64_t b = 0; b < K / 32; b++)
             for (int j = 0; j < 32; j++)
-                o->qp[64 * (b / 2) + 32 * (j / 16) + 16 * (b % 2) + j % 16] = o->q[32 * b + j];
+                o->qp[NIBG * 32 * (b / NIBG) + NIBG * 16 * (j / 16) + 16 * (b % NIBG) + j % 16] = o->q[32 * b + j];
     if (M > 1)
         for (int64_t m = 0; m < M; m++)
             for (int64_t l = m % LANES * DUP; l < (m % LANES + 1) * DUP; l++) {

@@ -88,6 +88,64 @@ static inline __m256 nib_p(int t, const uint8_t *w, int64_t g, int64_t nb, const
     return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(d + g)));
 }
 
+#ifdef PAIR
+/* nib_p with a zmm: four blocks per instruction (their nibble halves side by side against x laid out in fours), the
+ * fifth bits by one masked byte move per half; the same integer sums, so the same products */
+static inline __m256 nib_p4(int t, const uint8_t *w, int64_t g, int64_t nb, const int8_t *xp, const float *d,
+                            const int32_t *s32) {
+    int bytes = t == Q4_0 ? 18 : 22, qs = t == Q4_0 ? 2 : 6, off = t == Q4_0 ? 8 : 16;
+    const __m512i low = _mm512_set1_epi8(0x0F), five = _mm512_set1_epi8(0x10);
+    __m512i v[2];
+    __m128i dh = _mm_setzero_si128();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *wb[4];
+        uint64_t m_lo = 0, m_hi = 0;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            int64_t b = g + 4 * h + i;
+            wb[i] = b < nb ? w + b * bytes : ZERO_BLOCK;
+            uint16_t h16;
+            memcpy(&h16, wb[i], 2);
+            dh = _mm_insert_epi16(dh, h16, 4 * h + i);
+            if (t == Q5_0) {
+                uint32_t q5;
+                memcpy(&q5, wb[i] + 2, 4);
+                m_lo |= (uint64_t)(q5 & 0xFFFF) << (16 * i);
+                m_hi |= (uint64_t)(q5 >> 16) << (16 * i);
+            }
+        }
+        __m512i raw = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(wb[0] + qs)));
+        raw = _mm512_inserti32x4(raw, _mm_loadu_si128((const __m128i *)(wb[1] + qs)), 1);
+        raw = _mm512_inserti32x4(raw, _mm_loadu_si128((const __m128i *)(wb[2] + qs)), 2);
+        raw = _mm512_inserti32x4(raw, _mm_loadu_si128((const __m128i *)(wb[3] + qs)), 3);
+        __m512i lo = _mm512_and_si512(raw, low), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+        if (t == Q5_0) {
+            lo = _mm512_mask_mov_epi8(lo, (__mmask64)m_lo, _mm512_or_si512(lo, five));
+            hi = _mm512_mask_mov_epi8(hi, (__mmask64)m_hi, _mm512_or_si512(hi, five));
+        }
+        int64_t b0 = g + 4 * h;
+        const int8_t *xb = b0 < nb ? xp + 32 * b0 : (const int8_t *)ZERO_BLOCK;
+        v[h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xb)), hi,
+                                   _mm512_loadu_si512(b0 < nb ? xb + 64 : (const int8_t *)ZERO_BLOCK));
+    }
+    /* each 128-bit lane (a block) summed into all its 4 int32, then lane 0 of each block in block order */
+    for (int h = 0; h < 2; h++) {
+        v[h] = _mm512_add_epi32(v[h], _mm512_shuffle_epi32(v[h], (_MM_PERM_ENUM)0x4E));
+        v[h] = _mm512_add_epi32(v[h], _mm512_shuffle_epi32(v[h], (_MM_PERM_ENUM)0xB1));
+    }
+    __m512i c = _mm512_permutex2var_epi32(v[0], _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0,
+                                                                   0), v[1]);
+    __m256i isum = _mm512_castsi512_si256(c);
+    isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(s32 + g)),
+                                                     _mm256_set1_epi32(off)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(d + g)));
+}
+#define NIB_P nib_p4
+#else
+#define NIB_P nib_p
+#endif
+
 /* Q4_K superblock b: nibbles times x (vpmaddubsw), the 6-bit scales onto the int16 pair sums (vpmaddwd), the mins
  * through x's sums per 32 */
 static inline float q4_k_p(const uint8_t *wb, const int8_t *xb, float dx, const int16_t *h32b) {
@@ -162,7 +220,7 @@ static inline __attribute__((always_inline)) void tile1(int t, const uint8_t *w,
                 _mm256_storeu_ps(pbuf + (g * 8 + r) * 8,
                                  r >= R ? _mm256_setzero_ps()
                                  : t == Q8_0 ? q8_0_p(w + r * rb, 8 * g, nb, xq->q, xq->d, xq->s32)
-                                             : nib_p(t, w + r * rb, 8 * g, nb, xq->qp, xq->d, xq->s32));
+                                             : NIB_P(t, w + r * rb, 8 * g, nb, xq->qp, xq->d, xq->s32));
         }
         for (int64_t g = 0; g < ng; g++) {
             for (int r = 0; r < 8; r++) P[r] = _mm256_loadu_ps(pbuf + (g * 8 + r) * 8);
