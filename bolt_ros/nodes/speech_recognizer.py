@@ -30,6 +30,9 @@ from bolt_ros.voice.vad import EndOfTurn, Framer, Onset, Pause, Resume, SileroVa
 
 BLOCK_MS = 32            # microphone / WAV blocks
 MAX_QUEUED_S = 5.0       # audio waiting for the VAD beyond this is dropped (the node fell behind)
+# no audio for this long: the source stopped, and a turn in its silence ends whatever its words (a driver late by a
+# block under load is no stop: 0.1 s ended a turn before its words were in, in test_turn_end on a loaded machine)
+IDLE_END_S = 1.0
 
 
 class SpeechRecognizer(Node):
@@ -64,6 +67,7 @@ class SpeechRecognizer(Node):
         self._prompt = True                    # the current turn's ASR gets the vocabulary prompt (not a barge-in)
         self._turns_in_asr = 0                 # ended turns whose transcript is not out yet
         self._feeding = False                  # the audio thread is on a block
+        self._t_audio = time.monotonic()       # when the audio thread last had a block
         self.counts = {"blocks": 0, "transcripts": 0, "empty": 0, "barge_ins": 0, "bad_blocks": 0, "dropped_s": 0.0,
                        "late_reference_frames": 0, "speculative": 0, "unfinished": 0}
         self._loop = NodeLoop(self._process, "speech-recognizer").start()
@@ -135,9 +139,10 @@ class SpeechRecognizer(Node):
         while not stopping.is_set():
             try:
                 x, rate, t = self._blocks.get(timeout=0.1)
-            except queue.Empty:   # no audio for 0.1 s (a WAV ended, a driver stopped): a silent turn may end
-                for ev in self.segmenter.poll(idle=True):
-                    self._on_segment_event(ev)
+            except queue.Empty:   # no audio for a while (a WAV ended, a driver stopped): a silent turn may end
+                if time.monotonic() - self._t_audio >= IDLE_END_S:
+                    for ev in self.segmenter.poll(idle=True):
+                        self._on_segment_event(ev)
                 continue
             self._feeding = True
             try:
@@ -146,6 +151,7 @@ class SpeechRecognizer(Node):
                         self._on_segment_event(ev)
                     continue
                 self._queued_s = max(0.0, self._queued_s - len(x) / rate)
+                self._t_audio = time.monotonic()
                 self.feed(x, rate, t)
             except Exception as e:  # never let the audio thread die: report and go on with the next block
                 self._error(f"audio processing failed: {type(e).__name__}: {e}")
