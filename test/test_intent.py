@@ -134,20 +134,25 @@ def test_examples_for_missing_tools_are_left_out_and_aliases_checked(engine, too
         bad.decide("Hi", tools)
 
 
+def _act(d) -> float:
+    """The first classifier's mass on acting (every label but talk and see): what the pooling weighs."""
+    return sum(v for k, v in d.probs.items() if k not in (TALK, SEE))
+
+
 def test_a_feeling_is_not_taken_for_a_request_and_a_request_still_acts(engine, classifier, tools):
     """The first classifier alone plays "sad" for a statement of feeling; pooled with the yes/no classifier (product
     of experts, no threshold) the turn is talk. A request with the same kind of words keeps its move, and a turn the
     first classifier already took for talk never asks the second."""
     cfg = classifier.cfg
     alone = IntentClassifier(engine, cfg.model_copy(update={"confirm_instructions": ""}))
-    assert alone.decide("I'm feeling a bit sad today.", tools).label == "sad"   # negative control: the miss
-    d = classifier.decide("I'm feeling a bit sad today.", tools)
+    assert alone.decide("I'm feeling so sad and lonely today.", tools).label == "sad"   # negative control: the miss
+    d = classifier.decide("I'm feeling so sad and lonely today.", tools)
     assert (d.label, d.call, d.vetoed) == (TALK, None, "sad")
-    assert d.probs["sad"] * d.p_request <= d.probs[TALK] * (1 - d.p_request)   # the pooled rule, as documented
+    assert _act(d) * d.p_request <= d.probs[TALK] * (1 - d.p_request)   # the pooled rule, as documented
     for utterance, move in [("Can you shake your head to say no?", "shake_head"), ("Act sad, I dropped it.", "sad")]:
         d = classifier.decide(utterance, tools)
         assert d.call is not None and d.call.name == move and d.vetoed is None, (utterance, d.p_request)
-        assert d.probs[move] * d.p_request > d.probs[TALK] * (1 - d.p_request)
+        assert _act(d) * d.p_request > d.probs[TALK] * (1 - d.p_request)
     assert classifier.decide("Hello, nice to meet you!", tools).p_request is None
     with pytest.raises(ValueError, match="yes or no"):
         IntentConfig(confirm_instructions="x", confirm_examples=[{"say": "Dance!", "do": "dance"}])
