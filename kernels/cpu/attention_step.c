@@ -133,12 +133,71 @@ VSUM(2)
 VSUM(4)
 VSUM(8)
 
-/* one query's softmax-weighted value sum: o [hd] from its scores sc [n_scan, padded to whole vectors with -inf] */
+/* one query's scores over the keys it sees (the others -inf) into sc, its q held in NV registers; returns the max */
+#define VSCORES(NV)                                                                                                  \
+    static inline float vscores_##NV(const float *qh, const float *K, int64_t hd, const int64_t *pos, int64_t p,   \
+                                     int64_t window, int64_t n_scan, float scale, float *sc) {                      \
+        av qv[NV];                                                                                                   \
+        for (int u = 0; u < NV; u++) qv[u] = AV_LOAD(qh + u * AW);                                                   \
+        float m = -INFINITY;                                                                                         \
+        for (int64_t j = 0; j < n_scan; j++) {                                                                       \
+            int64_t kp = pos[j];                                                                                     \
+            if (kp < 0 || kp > p || (window > 0 && p - kp >= window)) {                                              \
+                sc[j] = -INFINITY;                                                                                   \
+                continue;                                                                                            \
+            }                                                                                                        \
+            const float *k = K + j * hd;                                                                             \
+            av s0 = AV_ZERO, s1 = AV_ZERO;                                                                           \
+            for (int u = 0; u + 1 < NV; u += 2) {                                                                    \
+                s0 = AV_FMA(qv[u], AV_LOAD(k + u * AW), s0);                                                         \
+                s1 = AV_FMA(qv[u + 1], AV_LOAD(k + (u + 1) * AW), s1);                                               \
+            }                                                                                                        \
+            if (NV % 2) s0 = AV_FMA(qv[NV - 1], AV_LOAD(k + (NV - 1) * AW), s0);                                     \
+            sc[j] = AV_HSUM(AV_ADD(s0, s1)) * scale;                                                                 \
+            if (sc[j] > m) m = sc[j];                                                                                \
+        }                                                                                                            \
+        return m;                                                                                                    \
+    }
+VSCORES(1)
+VSCORES(2)
+VSCORES(4)
+VSCORES(8)
+
+/* the scores of a head size that is whole vectors: q in registers up to 8 vectors, else vdot */
+static float vscores(const float *qh, const float *K, int64_t hd, const int64_t *pos, int64_t p, int64_t window,
+                     int64_t n_scan, float scale, float *sc) {
+    switch (hd / AW) {
+    case 1: return vscores_1(qh, K, hd, pos, p, window, n_scan, scale, sc);
+    case 2: return vscores_2(qh, K, hd, pos, p, window, n_scan, scale, sc);
+    case 4: return vscores_4(qh, K, hd, pos, p, window, n_scan, scale, sc);
+    case 8: return vscores_8(qh, K, hd, pos, p, window, n_scan, scale, sc);
+    default: break;
+    }
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n_scan; j++) {
+        int64_t kp = pos[j];
+        if (kp < 0 || kp > p || (window > 0 && p - kp >= window)) {
+            sc[j] = -INFINITY;
+            continue;
+        }
+        sc[j] = vdot(qh, K + j * hd, hd) * scale;
+        if (sc[j] > m) m = sc[j];
+    }
+    return m;
+}
+
+/* one query's softmax-weighted value sum: o [hd] from its scores sc [n_scan, padded to whole vectors with -inf].
+ * The weights' sum runs in AW lanes then one horizontal sum (a scalar running sum was a chain of one add per key);
+ * the chunks past the query's last visible key add exact zeros, so a verify row's sum is the step's */
 static void softmax_values(float *sc, int64_t n_scan, float m, const float *V, int64_t hd, float *o) {
     int64_t npad = (n_scan + AW - 1) / AW * AW;
-    float l = 0.0f;
-    for (int64_t j = 0; j < npad; j += AW) AV_STORE(sc + j, av_exp(AV_SUB(AV_LOAD(sc + j), AV_SET1(m))));
-    for (int64_t j = 0; j < n_scan; j++) l += sc[j];
+    av lv = AV_ZERO;
+    for (int64_t j = 0; j < npad; j += AW) {
+        av e = av_exp(AV_SUB(AV_LOAD(sc + j), AV_SET1(m)));
+        AV_STORE(sc + j, e);
+        lv = AV_ADD(lv, e);
+    }
+    float l = AV_HSUM(lv);
     for (int64_t i = 0; i < hd;) {  /* slices of up to 8 vectors, each held in registers over all the keys */
         int64_t left = (hd - i) / AW;
         if (left >= 8) vsum_8(sc, V + i, hd, n_scan, o + i), i += 8 * AW;
@@ -222,10 +281,14 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
             failed = 1;
             continue;
         }
+        for (int64_t j = n_scan; j < n_scan + 16; j++) sc[j] = -INFINITY;
 #ifdef AW
-        int vec = hd % AW == 0;
-#else
-        int vec = 0;
+        if (hd % AW == 0) {
+            float mv = vscores(qh, K, hd, pos, p, window, n_scan, scale, sc);
+            softmax_values(sc, n_scan, mv, V, hd, o);
+            free(sc);
+            continue;
+        }
 #endif
         float m = -INFINITY;
         for (int64_t j = 0; j < n_scan; j++) {
@@ -234,21 +297,9 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
                 sc[j] = -INFINITY;
                 continue;
             }
-#ifdef AW
-            sc[j] = (vec ? vdot(qh, K + j * hd, hd) : dot(qh, K + j * hd, hd)) * scale;
-#else
             sc[j] = dot(qh, K + j * hd, hd) * scale;
-#endif
             if (sc[j] > m) m = sc[j];
         }
-        for (int64_t j = n_scan; j < n_scan + 16; j++) sc[j] = -INFINITY;
-#ifdef AW
-        if (vec) {
-            softmax_values(sc, n_scan, m, V, hd, o);
-            free(sc);
-            continue;
-        }
-#endif
         memset(o, 0, sizeof(float) * (size_t)hd);
         float l = 0.0f;
         for (int64_t j = 0; j < n_scan; j++) {
