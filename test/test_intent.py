@@ -219,3 +219,29 @@ def test_a_backend_without_an_engine_leaves_the_choice_to_the_model(engine):
     assert IntentClassifier.create(IntentConfig(enabled=False), object()) is None
     holder = type("Embedded", (), {"engine": engine})()
     assert IntentClassifier.create(IntentConfig(enabled=True), holder).engine is engine
+
+
+def test_the_scene_and_the_name_are_answered_by_the_robot_and_a_refusal_is_sampled_anew(classifier, tools):
+    """Issue 34 through the loop: "who is there?" says the newest caption, "what's my name?" the name told (never a
+    caption), and a model reply that refuses small talk is held back for a new sample."""
+    backend = ScriptedBackend([{"match": "spilled", "reply": [{"text": "I'm sorry, but I can't assist with that."}]},
+                               {"match": ".*", "reply": [{"text": "Nice to meet you!"}]}])
+    events = []
+    loop = ToolLoop(backend, lambda c, _e: ToolOutcome(c.id, c.name, True), events.append, intent=classifier,
+                    at_a_loss=["Sorry, say that again?"])
+    conv = Conversation("You are Bolt.", history="memory")
+    scene = "What you see (newest last):\n- 5 s ago: a man at the door\n- just now: a grey cat on the chair"
+
+    def turn(utterance):
+        res = loop.run(conv, conv.user_message(utterance, scene), tools, enable_thinking=False,
+                       cancel=threading.Event(), utterance=utterance)
+        conv.commit(res.messages, TurnRecord(utterance, res.text, [], [c.name for c in res.tool_calls]))
+        return res
+
+    assert turn("Hi, I'm Tom.").text == "Nice to meet you!"
+    assert turn("Who is in the room?").text == "Right now, a grey cat on the chair."
+    assert turn("What's my name?").text == "You're Tom."
+    n = len(backend.requests)
+    res = turn("Oops, I spilled my tea.")
+    assert len(backend.requests) == n + 3 and res.text == "Sorry, say that again?"  # two new samples, then at a loss
+    assert not any("assist" in e.text for e in events if e.kind == "sentence")

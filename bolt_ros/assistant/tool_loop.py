@@ -111,12 +111,12 @@ class ToolLoop:
             return
         res.stats.update(intent=decision.label, intent_p=round(decision.p, 3),
                          intent_ms=(time.perf_counter() - res.t_request) * 1e3)
+        name = conv.facts.name_answer(utterance) if decision.call is None else ""
+        if name:  # "what's my name?", "who am I?": the name they told (facts.py), never a caption
+            return self._say_line(name, res)
         caption = newest_caption(res.messages[0].get("content") or "") if decision.label == SEE else ""
         if caption:  # "who is there?": what the camera saw last, in the caption's words (scene.py)
             return self._say_line(fresh_line(conv, see_options(caption)), res)
-        name = conv.facts.name_answer(utterance) if decision.call is None else ""
-        if name:  # "what's my name?": the name they told (facts.py)
-            return self._say_line(name, res)
         if decision.call is not None:
             call = decision.call
             res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
