@@ -77,7 +77,8 @@ class AsrConfig(_Strict):
     phrase_min_logprob: float = Field(-2.3, le=0.0)
     phrase_max_drop: float = Field(1.4, ge=0.0)
     # ... only turns this short: a phrase said slowly (~1.5 s), the pre-roll (0.32 s) and the end of turn (0.4 s) fit,
-    # and a longer turn (a question over the robot) does not pay for the check (~0.3 s per phrase on 2 loaded cores)
+    # and a longer turn (a question over the robot) does not pay for the check (0.76 s for the 12 phrases, 2 cores
+    # at load ~3)
     phrase_max_s: float = Field(3.0, gt=0.0)
 
 
