@@ -118,6 +118,7 @@ def test_the_newest_caption_is_what_a_scene_question_is_answered_with():
     ("I'm sorry, but I can't assist with that request.", True),
     ("Sorry, but I can't assist with that.", True),
     ("Sorry, I didn't understand your message.", True),
+    ("I'm sorry, but I am not able to", True),   # a first clause, released before its sentence ended
     ("Hi Priya! How can I assist you today?", False),
     ("Oh no, I hope the shirt comes clean!", False),
     ("I can't help feeling happy for you.", False),

@@ -41,7 +41,10 @@ def unframe(sentence: str) -> str:
 # (2 of 3 seeds, issue 34): small talk is never refused, such a sentence is held back and the turn answered anew
 REFUSAL = re.compile(r"\b(?:can ?not|can't|can’t|unable to|not able to|won't be able to)\s+(?:assist|help)"
                      r"(?:\s+you)?\s+with\s+(?:that|this|your)|\bi (?:didn't|did not|don't|do not) understand your"
-                     r"|\bwhat do you need (?:assistance|help) with\b", re.IGNORECASE)
+                     r"|\bwhat do you need (?:assistance|help) with\b"
+                     # its opening alone: the first clause of a reply is spoken before its sentence ends (issue 33),
+                     # and "I'm sorry, but I am not able to | assist with that request." came in two parts
+                     r"|^\s*(?:i'?m |i am )?sorry,? but (?:i|as an?)\b", re.IGNORECASE)
 
 
 _GREETING = r"(?:hello|hi|hey|good ?night|good morning|good evening|thanks|thank you|bye|goodbye)"
