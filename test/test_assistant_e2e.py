@@ -121,8 +121,11 @@ def test_the_idle_worker_prefills_the_next_turn_up_to_the_persons_words(ros, bet
     from bolt_ros.nodes.sim_robot_nodes import make_sim_robot_nodes
 
     ros.add(*make_sim_robot_nodes(context=ros.context))
-    assistant = ros.add(AssistantNode(product_config(**GREEDY, history="memory", prefill_between_turns=between),
-                                      context=ros.context))
+    # the intent classifier off: on this 135M test model it took "Thanks!" for a dance once the classifier had more
+    # move labels, and a move's turn runs no reply to prefill (the classifier is measured on the chat model by
+    # bench_conversation and test_intent)
+    assistant = ros.add(AssistantNode(product_config(**GREEDY, history="memory", prefill_between_turns=between,
+                                                     **{"intent.enabled": False}), context=ros.context))
     probe = Probe(ros)
     probe.connected(assistant)
     for n, said in enumerate(["Hello there, my name is Ada.", "How are you today?"], 1):
