@@ -51,7 +51,11 @@ def test_short_soak_completes_without_leaked_goals(tmp_path, interpreter_restore
     for name in ("utterance_to_request", "bookkeeping", "turn"):
         o = r["overhead_ms"][name]
         assert o["n"] >= 30 and 0 <= o["p50"] <= o["p99"] <= o["max"]
-    assert 50 < r["rss_mib"]["first"] < 4096 and isinstance(r["rss_growth_pct"], float)
+    # the first sample is this pytest process's RSS, set by whatever the suite's earlier tests left loaded (4.16 GB
+    # once the suite grew): a real reading is all it can be held to, below the machine's memory; the soak's own
+    # check is the growth after it (rss_growth)
+    ram_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    assert 50 < r["rss_mib"]["first"] < ram_mib and isinstance(r["rss_growth_pct"], float)
     assert r["os_threads"]["end"] <= r["os_threads"]["post_warmup"]
     assert r["py_threads"]["end"] <= r["py_threads"]["post_warmup"]
     assert {"rss_growth", "no_live_goals", "threads_back", "no_turn_errors", "out_of_range_refused"} == set(r["checks"])
