@@ -46,6 +46,17 @@ def test_without_a_comma_the_first_unit_ends_near_eight_words_never_after_an_ope
     assert split("Two plus two is four.") == ["Two plus two is four."]
 
 
+def test_and_or_end_a_first_unit_only_before_a_clause():
+    # a spoken make run said "The moon is a beautiful" | "and mysterious planet ...": the cut fell between two
+    # adjectives "and" joined
+    units = split("The moon is a beautiful and mysterious place that shines in the night sky.")
+    assert units[0] != "The moon is a beautiful" and not units[0].endswith(("beautiful", "and")), units
+    assert " ".join(units) == "The moon is a beautiful and mysterious place that shines in the night sky."
+    # negative control: before "and" that opens a clause the unit still ends there
+    assert split("My friend likes the quiet sea and I love the high mountains.")[0] == (
+        "My friend likes the quiet sea")
+
+
 def test_the_clause_is_released_before_the_sentence_is_complete():
     s = SentenceSplitter(first_clause=4)
     text = "Paris is the capital of France, and a lovely city."

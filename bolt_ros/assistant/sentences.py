@@ -28,6 +28,12 @@ _OPEN_WORDS = {"a", "an", "the", "of", "to", "in", "on", "at", "for", "with", "f
 # a new phrase starts with these: the best place to end a first unit that has no comma
 _PHRASE_STARTS = {"and", "but", "or", "so", "because", "which", "who", "when", "while", "if", "since", "though",
                   "although", "where", "then", "that"}
+# "and" / "or" join words as often as clauses ("a beautiful and mysterious place"): a first unit ends before one only
+# when a clause follows it, i.e. the word after it opens one
+_JOINERS = {"and", "or"}
+_CLAUSE_OPENERS = {"i", "you", "we", "they", "he", "she", "it", "there", "then", "the", "a", "an", "my", "your",
+                   "his", "her", "its", "our", "their", "this", "that", "these", "those", "i'm", "it's", "that's",
+                   "there's", "we're", "you're", "they're", "i'll", "i've"}
 _I = {"i", "i'm", "i'll", "i've", "i'd"}
 _CLAUSE_HARD_MAX = 14          # words: a first unit with no good boundary by then waits for its sentence
 
@@ -94,6 +100,8 @@ class SentenceSplitter:
         lo = max(self.first_clause, self.clause_max_words - 3)
         # a conjunction starting word i (lo <= i): end before it
         for i in range(lo, len(words)):
+            if words[i] in _JOINERS and (i + 1 >= len(words) or words[i + 1] not in _CLAUSE_OPENERS):
+                continue   # "beautiful and | mysterious": words joined, not a clause (or the next word not in yet)
             if words[i] in _PHRASE_STARTS and words[i - 1] not in _OPEN_WORDS:
                 return spans[i - 1][1]
         for i in range(self.clause_max_words, min(len(words), _CLAUSE_HARD_MAX) + 1):
