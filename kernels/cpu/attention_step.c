@@ -37,6 +37,24 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
     return acc[0];
 }
 
+/* the cache rule (module doc): the query at position p sees the key at kp */
+static inline int sees(int64_t kp, int64_t p, int64_t window) {
+    return kp >= 0 && kp <= p && !(window > 0 && p - kp >= window);
+}
+
+/* a query's scores over the first n_scan slots (-inf where it sees no key) into sc, by dotf; returns the max */
+static inline __attribute__((always_inline)) float scores_by(float (*dotf)(const float *, const float *, int64_t),
+                                                              const float *qh, const float *K, int64_t hd,
+                                                              const int64_t *pos, int64_t p, int64_t window,
+                                                              int64_t n_scan, float scale, float *sc) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n_scan; j++) {
+        sc[j] = sees(pos[j], p, window) ? dotf(qh, K + j * hd, hd) * scale : -INFINITY;
+        if (sc[j] > m) m = sc[j];
+    }
+    return m;
+}
+
 /* Vectors for the scores, the softmax's exp and the value sums. Every query's arithmetic is its own, whatever T is
  * (a verify block's row equals the step at that position, bit for bit): a key's score is one dot in a fixed order, the
  * exp is the same polynomial at every index (the scores are padded to whole vectors), and the sums over keys run in key
@@ -141,8 +159,7 @@ VSUM(8)
         for (int u = 0; u < NV; u++) qv[u] = AV_LOAD(qh + u * AW);                                                   \
         float m = -INFINITY;                                                                                         \
         for (int64_t j = 0; j < n_scan; j++) {                                                                       \
-            int64_t kp = pos[j];                                                                                     \
-            if (kp < 0 || kp > p || (window > 0 && p - kp >= window)) {                                              \
+            if (!sees(pos[j], p, window)) {                                                                          \
                 sc[j] = -INFINITY;                                                                                   \
                 continue;                                                                                            \
             }                                                                                                        \
@@ -171,19 +188,8 @@ static float vscores(const float *qh, const float *K, int64_t hd, const int64_t 
     case 2: return vscores_2(qh, K, hd, pos, p, window, n_scan, scale, sc);
     case 4: return vscores_4(qh, K, hd, pos, p, window, n_scan, scale, sc);
     case 8: return vscores_8(qh, K, hd, pos, p, window, n_scan, scale, sc);
-    default: break;
+    default: return scores_by(vdot, qh, K, hd, pos, p, window, n_scan, scale, sc);
     }
-    float m = -INFINITY;
-    for (int64_t j = 0; j < n_scan; j++) {
-        int64_t kp = pos[j];
-        if (kp < 0 || kp > p || (window > 0 && p - kp >= window)) {
-            sc[j] = -INFINITY;
-            continue;
-        }
-        sc[j] = vdot(qh, K + j * hd, hd) * scale;
-        if (sc[j] > m) m = sc[j];
-    }
-    return m;
 }
 
 /* one query's softmax-weighted value sum: o [hd] from its scores sc [n_scan, padded to whole vectors with -inf].
@@ -290,16 +296,7 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
             continue;
         }
 #endif
-        float m = -INFINITY;
-        for (int64_t j = 0; j < n_scan; j++) {
-            int64_t kp = pos[j];
-            if (kp < 0 || kp > p || (window > 0 && p - kp >= window)) {
-                sc[j] = -INFINITY;
-                continue;
-            }
-            sc[j] = dot(qh, K + j * hd, hd) * scale;
-            if (sc[j] > m) m = sc[j];
-        }
+        float m = scores_by(dot, qh, K, hd, pos, p, window, n_scan, scale, sc);
         memset(o, 0, sizeof(float) * (size_t)hd);
         float l = 0.0f;
         for (int64_t j = 0; j < n_scan; j++) {
