@@ -86,7 +86,7 @@ def quiet(args, cfg, vad, asr, piper, clips) -> dict:
         onsets += len(heard.onsets)
         for turn in heard.turns:
             text = asr.transcribe(turn.suppressor.suppress(turn.audio, turn.t_start, *turn.path),
-                                  prompt=not turn.barge_in, known_phrases=turn.barge_in)
+                                  prompt=not turn.over_voice, known_phrases=turn.over_voice)
             transcripts += bool(text)
             texts += [text] if text else []
         print(f"quiet run {k}: {level:.0f} dBFS, robot {spoken_s / 60:.1f} min so far: barge-ins "

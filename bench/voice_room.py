@@ -147,6 +147,7 @@ class Turn:
     t_start: float              # time of its first sample
     path: tuple                 # the gate's learned (lag, return loss) when it ended
     barge_in: bool              # its onset came while the robot spoke
+    over_voice: bool            # ... while its voice could still reach the mic: the recognizer's barge-in ASR
     suppressor: EchoSuppressor
 
 
@@ -194,6 +195,7 @@ def replay(vad, utterances: list[tuple[float, np.ndarray]], room: Room, duration
         for ev in seg.push(frame, prob, gate.is_echo(frame, t_end, prob, seg.in_speech), t_end):
             if isinstance(ev, Onset):
                 barge = cfg.barge_in and gate.robot_speaking(ev.t_start)
+                over_voice = barge and gate.voice_reaches(ev.t_start)   # as the recognizer decides it
                 heard.onsets.append((t_end, ev.t_start, barge))
                 if barge and react_s is not None and heard.cut_at is None:
                     # the synthesizer drops every block it has not started by then
@@ -201,7 +203,8 @@ def replay(vad, utterances: list[tuple[float, np.ndarray]], room: Room, duration
                     blocks = [b for b in blocks if b[0] < heard.cut_at * MODEL_RATE]
                     mic[(k + 1) * FRAME:] = (room.echo(_timeline(blocks, n), n) + other)[(k + 1) * FRAME:]
             elif isinstance(ev, EndOfTurn):
-                heard.turns.append(Turn(ev.audio, ev.t_decision - len(ev.audio) / MODEL_RATE, gate.path(), barge, sup))
+                heard.turns.append(Turn(ev.audio, ev.t_decision - len(ev.audio) / MODEL_RATE, gate.path(), barge,
+                                        over_voice, sup))
     return heard
 
 

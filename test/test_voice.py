@@ -188,3 +188,21 @@ def test_the_robot_does_not_hear_itself_but_hears_a_person_over_it(voices, vad, 
     onsets = [e for _, e in run_segmenter(vad, mixed, gate=g, t0=t0) if isinstance(e, Onset)]
     assert onsets and abs(onsets[0].t_start - (t0 + 1.0)) < 0.3
     assert g.robot_speaking(onsets[0].t_start)    # so the recognizer calls it a barge-in
+    assert g.voice_reaches(onsets[0].t_start)     # ... and its words get the barge-in's ASR
+
+
+def test_a_reply_just_after_the_robot_s_last_word_is_not_taken_for_words_over_its_voice():
+    """The robot's sentence ends in 0.3 s of played silence (as Piper's do): a person who starts 0.4 s after its
+    last sounding frame still counts as a barge-in (the echo may linger) but not as speaking over its voice."""
+    t0, rng = 50.0, np.random.default_rng(0)
+    voice = 0.3 * rng.standard_normal(MODEL_RATE).astype(np.float32)      # 1 s of sound
+    played = np.concatenate([voice, np.zeros(int(0.3 * MODEL_RATE), np.float32)])
+    g = EchoGate(EchoConfig())                    # no learned path: the delay is max_delay_ms (300)
+    g.add_reference(played, t0)
+    t_voice_end = t0 + 1.0
+    assert g.voice_reaches(t_voice_end - 0.5) and g.voice_reaches(t_voice_end + 0.25)
+    assert not g.voice_reaches(t_voice_end + 0.4)
+    assert g.robot_speaking(t_voice_end + 0.4)    # negative control: the old test, with the silence and the tail
+    g2 = EchoGate(EchoConfig())
+    g2.add_reference(np.zeros(MODEL_RATE, np.float32), t0)   # silence alone was never the robot's voice
+    assert not g2.voice_reaches(t0 + 0.5) and g2.robot_speaking(t0 + 0.5)

@@ -65,6 +65,7 @@ class EchoGate:
         self._order: deque[int] = deque()
         self._keep = max(1, int(keep_s / FRAME_S))
         self._t_last_ref = -1e18
+        self._t_last_voice = -1e18       # end of the last played frame with sound in it (> QUIET_DB)
         self._mic: deque[tuple[int, float]] = deque(maxlen=HISTORY)   # mic frames heard during playback
         self._since_fit = 0
         self.lag: int | None = None      # learned delay, frames
@@ -92,6 +93,8 @@ class EchoGate:
                     self._order.append(k)
                 self._ref[k] = max(self._ref.get(k, SILENT_DB), level_db(block))
                 self._t_last_ref = max(self._t_last_ref, t_end)
+                if self._ref[k] > QUIET_DB:
+                    self._t_last_voice = max(self._t_last_voice, t_end)
             while self._passed and self._passed[-1] > t_start:
                 self._passed.pop()
                 self.late_frames += 1
@@ -102,6 +105,14 @@ class EchoGate:
         """Whether the mic can still hear the robot at time t (playback plus the room's tail)."""
         with self._lock:
             return bool(self._ref) and self._t_last_ref + (self.cfg.max_delay_ms + self.cfg.tail_ms) / 1000 >= t
+
+    def voice_reaches(self, t: float) -> bool:
+        """Whether the robot's voice itself (not the silence a sentence ends with, nor the room's tail) may still
+        reach the mic at time t: its last sounding frame plus the echo's delay (learned, else max_delay_ms). A person
+        who starts after it answers the robot rather than talking over it, and their words are clean."""
+        with self._lock:
+            delay = self.lag * FRAME_S if self.lag is not None else self.cfg.max_delay_ms / 1000
+            return self._t_last_voice + delay + FRAME_S >= t
 
     # ---- the mic ---------------------------------------------------------------------------------------------
     def is_echo(self, frame: np.ndarray, t_end: float, speech_prob: float | None = None,
