@@ -154,3 +154,21 @@ def test_each_speculation_is_counted_once_as_a_hit_or_a_miss():
     primer.interrupt("What is your name?")   # the next turn, with no speculation of its own: nothing to count
     primer.claim("What is your name?")
     assert primer.counts["hits"] == 1 and primer.counts["misses"] == 0, primer.counts
+
+
+def test_the_node_logs_a_core_s_lines_of_any_severity_at_debug_level(ros):
+    """The Primer logs info and debug lines through one callable. rclpy binds a call site to its first severity,
+    so `getattr(logger, level)(text)` on one line raised at debug level and killed the assistant's worker."""
+    import rclpy.logging
+
+    from bolt_ros.nodes.assistant_node import AssistantNode
+    node = ros.node("log_severity_probe")
+    rclpy.logging.set_logger_level(node.get_logger().name, rclpy.logging.LoggingSeverity.DEBUG)
+    for level in ("info", "debug", "warning", "debug", "info", "error"):
+        AssistantNode._log(node, level, f"a {level} line")   # the node's own method, on a real rclpy node
+
+    def one_line(level: str, text: str) -> None:   # negative control: the old adapter
+        getattr(node.get_logger(), level)(text)
+    one_line("info", "first")
+    with pytest.raises(ValueError, match="severity cannot be changed"):
+        one_line("debug", "second")

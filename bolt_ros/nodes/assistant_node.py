@@ -104,7 +104,7 @@ class AssistantNode(Node):
         self._pending: list[Job] = []
         self._prefill_due: str | None = None   # a conversation whose next prompt the idle worker prefills
         self.primer = Primer(self.backend, self.intent, prefill=self.config.prefill_between_turns,
-                             log=lambda level, text: getattr(self.get_logger(), level)(text))
+                             log=self._log)
         self.turns_done = 0
         self.prefilled_after = -1              # turns_done when the last next-turn prefill began (tests wait on it)
         self._closing = threading.Event()
@@ -327,6 +327,20 @@ class AssistantNode(Node):
             self.get_logger().info(f"robot: {res.text!r} ({len(res.tool_calls)} tool calls, "
                                    f"{res.stats['total_ms']:.0f} ms)")
         return res
+
+    def _log(self, level: str, text: str) -> None:
+        """A ROS-free core's log line. One call site per severity: rclpy ties a call site to the first severity it
+        logs there and raises on another, so one `getattr(logger, level)(text)` line killed the assistant's worker
+        as soon as `--log-level debug` let a debug line through after an info one."""
+        logger = self.get_logger()
+        if level == "debug":
+            logger.debug(text)
+        elif level == "info":
+            logger.info(text)
+        elif level == "warning":
+            logger.warning(text)
+        else:
+            logger.error(text)
 
     def _conversation(self, cid: str) -> Conversation:
         conv = self._conversations.get(cid)
