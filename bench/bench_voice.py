@@ -263,7 +263,8 @@ def main() -> int:
     a = spec["assistant"]
     if a.get("hits", 0) + a.get("misses", 0):
         print(f"speculative start: {a['speculative']} begun, {a['hits']} kept (the final words were the same), "
-              f"{a['misses']} dropped: hit rate {a['hits'] / (a['hits'] + a['misses']):.0%}; the recognizer "
+              f"{a['misses']} dropped: hit rate {a['hits'] / (a['hits'] + a['misses']):.0%}; "
+              f"{a.get('stale', 0)} came after their turn (left alone); the recognizer "
               f"published {spec['recognizer'].get('speculative', 0)}, {spec['recognizer'].get('unfinished', 0)} "
               "read unfinished")
     _plot(done, f"{out}.png", machine)

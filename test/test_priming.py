@@ -72,6 +72,21 @@ def test_the_speculative_prefill_leaves_the_turn_only_its_reply(engine):
     assert miss >= hit + 10, (hit, miss)
 
 
+def test_speculative_words_that_come_after_their_own_turn_are_left_alone(engine):
+    """The speculative words and the final transcript race on two topics: words whose turn already came are
+    stale, and working on them would only take the worker and the cache from the next priming."""
+    backend = EmbeddedBackend(engine, SamplingParams(temperature=0.0, max_tokens=2), tool_choice="none")
+    primer = Primer(backend, None, prefill=True, log=_log)
+    conv, closing = Conversation("You are Bolt, a small robot. Answer in one short sentence."), threading.Event()
+    messages = lambda u: conv.messages([conv.user_message(u)])   # noqa: E731
+    primer.interrupt("What is the capital of France?")          # the turn came first
+    primer.speculate("what is the capital of france", messages, [], None, closing)
+    assert primer.counts == {**primer.counts, "stale": 1, "speculative": 0}
+    # negative control: other words than the last turn's are worked on
+    primer.speculate("Tell me a joke about cats.", messages, [], None, closing)
+    assert primer.counts["stale"] == 1 and primer.counts["speculative"] == 1
+
+
 def test_priming_gives_way_to_a_turn_and_runs_again_after_it(engine):
     backend = EmbeddedBackend(engine, SamplingParams(temperature=0.0, max_tokens=2), tool_choice="none")
     primer = Primer(backend, None, prefill=True, log=_log)

@@ -20,6 +20,10 @@ from collections.abc import Callable
 from bolt_ros.assistant.reply_text import norm
 
 PRIMING, READY = "priming", "ready"   # AssistantEvent STATE values beside idle / thinking / speaking / acting
+# The speculative words and the final transcript come on two topics within milliseconds of each other (the words
+# that end the turn are the speculative ones), in either order. Words that arrive after their own turn came are
+# stale: worked on, they cost the next priming ~0.5 s of a busy worker and the cache its primed prompt.
+STALE_S = 3.0
 
 
 def _key(utterance: str, tools: list[dict], last_move: str | None) -> tuple:
@@ -66,7 +70,8 @@ class Primer:
         self._lock = threading.Lock()
         self._speculating: str | None = None    # the speculative words being worked on
         self._spec_done: str | None = None      # ... and the last ones whose work is done
-        self.counts = {"speculative": 0, "hits": 0, "misses": 0, "primed": 0, "prime_interrupted": 0}
+        self._last_turn: tuple[str, float] | None = None   # the newest turn's words, and when it came
+        self.counts = {"speculative": 0, "hits": 0, "misses": 0, "primed": 0, "prime_interrupted": 0, "stale": 0}
 
     # ---- the executor's side: quick ----------------------------------------------------------------------------
     def interrupt(self, utterance: str | None) -> None:
@@ -75,6 +80,8 @@ class Primer:
             spec = self._speculating
             if spec is None or utterance is None or norm(spec) != norm(utterance):
                 self._cancel.set()
+            if utterance is not None:
+                self._last_turn = (norm(utterance), time.monotonic())
 
     def claim(self, utterance: str) -> None:
         """The worker starts a turn: the speculation before it (finished: the same thread ran it) was a hit when it
@@ -122,7 +129,13 @@ class Primer:
     def speculate(self, utterance: str, messages: Callable[[str], list[dict]], tools: list[dict],
                   last_move: str | None, closing: threading.Event) -> None:
         """The speculative transcript's work: the intent decision, then (talk) the prefill of the person's message.
-        messages(utterance): the prompt as the turn would send it, the person's message last."""
+        messages(utterance): the prompt as the turn would send it, the person's message last. Words whose turn
+        already came are left alone (STALE_S)."""
+        with self._lock:
+            last = self._last_turn
+        if last is not None and last[0] == norm(utterance) and time.monotonic() - last[1] < STALE_S:
+            self.counts["stale"] += 1
+            return
         cancel = self._begin(closing)
         with self._lock:
             self._speculating, self._spec_done = utterance, None
