@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "attention_step.c", "rms_norm.c")]
 # the int8 matmul, compiled once per instruction-set level (LEVELS) and linked beside the others
 LEVELED = Path(__file__).with_name("q8_matmul.c")
-HEADERS = sorted(Path(__file__).parent.glob("*.h"))  # gguf_blocks.h and the q8_*.h parts of q8_matmul.c
+HEADERS = sorted(Path(__file__).parent.glob("*.h"))  # gguf_blocks.h, the q8_*.h parts of q8_matmul.c, attention_vec.h
 # -ffp-contract=off: no fused multiply-adds, so the dequantized values equal the torch reference's bit for bit
 CFLAGS = ["-O3", "-ffp-contract=off", "-fopenmp", "-fPIC", "-std=gnu11"]
 MAX_M = 64  # rows of x one gguf_matmul call takes (q8_matmul.c)
