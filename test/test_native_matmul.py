@@ -50,6 +50,8 @@ def test_this_cpu_runs_its_best_level():
         assert "avx2" in LEVELS
     if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
         assert "avx512vnni" in LEVELS
+    if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512vbmi"} <= flags:
+        assert "avx512vbmi" in LEVELS
     assert native.level() in LEVELS
     if not os.environ.get("BOLT_CPU_LEVEL"):
         assert native.level() == LEVELS[-1]
@@ -87,6 +89,18 @@ def test_every_level_gives_the_portable_bits(t):
         ref = native.gguf_matmul(x, blocks, t, 45, level="portable")
         for level in LEVELS:
             assert torch.equal(native.gguf_matmul(x, blocks, t, 45, level=level), ref), f"{level} M={m}"
+
+
+@pytest.mark.parametrize("t", [2, 6], ids=type_name)
+@pytest.mark.parametrize("k", [96, 160, 896])
+def test_a_row_whose_blocks_end_inside_a_group_gives_the_portable_bits(t, k):
+    """One row of Q4_0 / Q5_0 takes its blocks 4 at a time (avx512vbmi: 4 contiguous blocks by byte permutes) and a
+    last group of fewer by the block-by-block loads: 3, 5 and 28 blocks a row (Qwen2.5's 896) take both."""
+    blocks, _ = _case(t, shape=(9, k), seed=5)
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(k))
+    ref = native.gguf_matmul(x, blocks, t, 9, level="portable")
+    for level in LEVELS:
+        assert torch.equal(native.gguf_matmul(x, blocks, t, 9, level=level), ref), level
 
 
 def test_vectorized_types_on_this_machine():

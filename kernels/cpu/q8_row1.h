@@ -88,6 +88,22 @@ static inline __m256 nib_p(int t, const uint8_t *w, int64_t g, int64_t nb, const
     return _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(d + g)));
 }
 
+#if defined(PAIR) && defined(__AVX512VBMI__)
+/* where a group of 4 contiguous Q4_0 (18-byte) / Q5_0 (22-byte) blocks keeps, for vpermt2b over its bytes: QS, the 4
+ * blocks' 16 code bytes side by side; META, Q5_0's fifth bits (bytes 0-7: each block's low 16, 8-15: its high 16, as
+ * the masks of the low and high nibbles) and the 4 scales (bytes 16-23) */
+static const uint8_t VBMI_QS_Q4_0[64] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 22, 23, 24, 25,
+    26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 56, 57, 58,
+    59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71};
+static const uint8_t VBMI_META_Q4_0[64] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 18, 19, 36, 37, 54,
+    55};
+static const uint8_t VBMI_QS_Q5_0[64] = {6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 28, 29, 30, 31,
+    32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 72,
+    73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87};
+static const uint8_t VBMI_META_Q5_0[64] = {2, 3, 24, 25, 46, 47, 68, 69, 4, 5, 26, 27, 48, 49, 70, 71, 0, 1, 22, 23,
+    44, 45, 66, 67};
+#endif
+
 #ifdef PAIR
 /* nib_p with a zmm: four blocks per instruction (their nibble halves side by side against x laid out in fours), the
  * fifth bits by one masked byte move per half; the same integer sums, so the same products */
@@ -101,6 +117,24 @@ static inline __m256 nib_p4(int t, const uint8_t *w, int64_t g, int64_t nb, cons
     for (int h = 0; h < 2; h++) {
         const uint8_t *wb[4];
         uint64_t m_lo = 0, m_hi = 0;
+        __m512i raw;
+#ifdef __AVX512VBMI__
+        if (g + 4 * h + 4 <= nb) {  /* the 4 blocks are 4 * bytes contiguous bytes: two loads, two byte permutes */
+            const uint8_t *base = w + (g + 4 * h) * bytes;
+            __m512i A = _mm512_loadu_si512(base);
+            __m512i B = _mm512_maskz_loadu_epi8((__mmask64)((1ULL << (4 * bytes - 64)) - 1), base + 64);
+            raw = _mm512_permutex2var_epi8(A, _mm512_loadu_si512(t == Q4_0 ? VBMI_QS_Q4_0 : VBMI_QS_Q5_0), B);
+            __m512i meta = _mm512_permutex2var_epi8(A, _mm512_loadu_si512(t == Q4_0 ? VBMI_META_Q4_0 : VBMI_META_Q5_0),
+                                                    B);
+            long long d4 = _mm_cvtsi128_si64(_mm512_extracti32x4_epi32(meta, 1));
+            dh = h == 0 ? _mm_insert_epi64(dh, d4, 0) : _mm_insert_epi64(dh, d4, 1);
+            if (t == Q5_0) {
+                m_lo = (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(meta));
+                m_hi = (uint64_t)_mm_extract_epi64(_mm512_castsi512_si128(meta), 1);
+            }
+        } else
+#endif
+        {
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             int64_t b = g + 4 * h + i;
@@ -115,10 +149,11 @@ static inline __m256 nib_p4(int t, const uint8_t *w, int64_t g, int64_t nb, cons
                 m_hi |= (uint64_t)(q5 >> 16) << (16 * i);
             }
         }
-        __m512i raw = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(wb[0] + qs)));
+        raw = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(wb[0] + qs)));
         raw = _mm512_inserti32x4(raw, _mm_loadu_si128((const __m128i *)(wb[1] + qs)), 1);
         raw = _mm512_inserti32x4(raw, _mm_loadu_si128((const __m128i *)(wb[2] + qs)), 2);
         raw = _mm512_inserti32x4(raw, _mm_loadu_si128((const __m128i *)(wb[3] + qs)), 3);
+        }
         __m512i lo = _mm512_and_si512(raw, low), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
         if (t == Q5_0) {
             lo = _mm512_mask_mov_epi8(lo, (__mmask64)m_lo, _mm512_or_si512(lo, five));
