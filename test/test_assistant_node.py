@@ -114,6 +114,38 @@ def test_barge_in_mid_generation_stops_within_100ms_and_the_new_utterance_is_ans
     assert 'you answered "Once upon a time."' in backend.requests[-1]["messages"][-2]["content"]
 
 
+def test_a_turn_the_person_went_on_from_stops_and_stays_out_of_the_history(ros):
+    """The recognizer took a pause for the end of the turn, then the person went on: speech/barge_in says so
+    (CONTINUES), and the joined words come as the next transcript. The first part's reply stops and the
+    conversation keeps only the whole request; a plain barge-in (the negative control) keeps the turn it stopped."""
+    from std_msgs.msg import String
+
+    from bolt_ros.voice.continuation import CONTINUES
+    script = [{"match": "for me", "reply": [{"text": "Here is a dance."}]},
+              {"match": "dance", "reply": [{"text": "Dancing is fun. " + "and then " * 300}]},
+              {"match": "a song", "reply": [{"text": "Here is a song."}]},
+              {"match": "sing", "reply": [{"text": "Singing is fun. " + "and then " * 300}]}]
+    _, backend, probe = start(ros, script, token_delay_s=0.01)
+    barge = probe.node.create_publisher(String, "speech/barge_in", 10)
+    wait_for(lambda: barge.get_subscription_count(), what="the barge-in subscription")
+    probe.say("Can you dance?")
+    wait_for(lambda: probe.spoken() == ["Dancing is fun."], what="the first part's reply")
+    barge.publish(String(data=CONTINUES))   # at the person's onset: the joined transcript comes ~1 s later
+    time.sleep(0.3)
+    probe.say("Can you dance for me?")
+    wait_for(lambda: "Here is a dance." in probe.spoken(), what="the whole request's reply")
+    said = " ".join(m["content"] for m in backend.requests[-1]["messages"] if m["role"] in ("user", "system"))
+    assert "Can you dance?" not in said and "Can you dance for me?" in said, said   # only the whole request
+    probe.say("Can you sing?")
+    wait_for(lambda: "Singing is fun." in probe.spoken(), what="the next first part's reply")
+    barge.publish(String(data="speech onset"))
+    time.sleep(0.3)
+    probe.say("Can you sing a song?")
+    wait_for(lambda: "Here is a song." in probe.spoken(), what="the next whole reply")
+    said = " ".join(m["content"] for m in backend.requests[-1]["messages"] if m["role"] in ("user", "system"))
+    assert "Can you sing?" in said, said       # a barge-in's stopped turn is remembered
+
+
 @pytest.mark.realtime
 def test_barge_in_mid_motion_cancels_the_running_goal_within_100ms(ros):
     script = [{"match": "look around", "reply": [

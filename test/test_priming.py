@@ -176,11 +176,12 @@ def test_the_node_logs_a_core_s_lines_of_any_severity_at_debug_level(ros):
     so `getattr(logger, level)(text)` on one line raised at debug level and killed the assistant's worker."""
     import rclpy.logging
 
-    from bolt_ros.nodes.assistant_node import AssistantNode
+    from bolt_ros.nodes.common import core_log
     node = ros.node("log_severity_probe")
     rclpy.logging.set_logger_level(node.get_logger().name, rclpy.logging.LoggingSeverity.DEBUG)
+    log = core_log(node)   # what the assistant node hands its Primer, on a real rclpy node
     for level in ("info", "debug", "warning", "debug", "info", "error"):
-        AssistantNode._log(node, level, f"a {level} line")   # the node's own method, on a real rclpy node
+        log(level, f"a {level} line")
 
     def one_line(level: str, text: str) -> None:   # negative control: the old adapter
         getattr(node.get_logger(), level)(text)

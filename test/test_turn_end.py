@@ -12,6 +12,7 @@ from std_msgs.msg import String
 
 from bolt_ros.voice.audio import MODEL_RATE, resample, to_float
 from bolt_ros.voice.config import AsrConfig, RecognizerConfig, VadConfig
+from bolt_ros.voice.continuation import Continuation
 from bolt_ros.voice.turn_end import reads_unfinished
 from bolt_ros.voice.vad import FRAME, EndOfTurn, Pause, TurnSegmenter
 
@@ -98,3 +99,57 @@ def test_the_recognizer_waits_for_unfinished_words_and_publishes_them_as_specula
     # the words at the pause, published while the turn was open, include the unfinished ones ("... to the")
     assert len(spec) >= 2 and spec[-1] == heard[0] and rec.counts["speculative"] == len(spec), (spec, heard)
     assert rec.counts["unfinished"] >= 1 and reads_unfinished(spec[0]) and "left" not in spec[0].lower(), spec
+
+
+def test_speech_soon_after_a_turn_continues_it_and_joins_its_audio():
+    c = Continuation(1000)
+    head, tail = np.ones(MODEL_RATE, np.float32), 2 * np.ones(MODEL_RATE // 2, np.float32)
+    assert not c.onset(5.0, robot_spoke_since=False)       # no turn before: nothing to continue
+    c.ended(head, t_end=10.0)                              # the turn "Can you dance?" ended at 10 s
+    assert c.onset(10.4, robot_spoke_since=False) and c.joining
+    joined = c.joined(tail, t_first=10.25)                 # the new turn's audio (pre-roll) starts at 10.25 s
+    assert len(joined) == len(head) + round(0.25 * MODEL_RATE) + len(tail)
+    assert joined[:MODEL_RATE].min() == 1 and joined[MODEL_RATE:MODEL_RATE + 4000].max() == 0 and joined[-1] == 2
+    overlap = c.joined(tail, t_first=9.9)                  # a pre-roll reaching back into the turn is cut there
+    assert len(overlap) == len(head) + len(tail) - round(0.1 * MODEL_RATE)
+    c.ended(joined, t_end=11.0)
+    # negative controls: too late, the robot spoke in between, or the feature off
+    assert not c.onset(12.1, robot_spoke_since=False) and c.joined(tail, 12.0) is tail
+    assert not c.onset(11.5, robot_spoke_since=True)
+    off = Continuation(0)
+    off.ended(head, 10.0)
+    assert not off.onset(10.1, robot_spoke_since=False)
+
+
+@pytest.mark.parametrize("continue_ms", [4000, 0])
+def test_a_person_who_goes_on_after_the_turn_ended_gets_one_turn(ros, continue_ms):
+    """'Please look to the left.' reads finished, so the turn ends in the pause (by 1.2 s of silence at the latest);
+    the person goes on 2.5 s in ('and then nod.'). With the continuation the robot is told to stop what it began
+    (speech/barge_in) and the words come as one turn; without it (the negative control) as two."""
+    from bolt_ros.nodes.speech_recognizer import SpeechRecognizer
+    from bolt_ros.voice.asr import Transcriber
+    from bolt_ros.voice.tts import PiperTts
+    tts = PiperTts(still=True)
+    head, tail = (resample(to_float(p), p.rate) for p in map(tts.synthesize, ("Please look to the left.",
+                                                                              "And then nod your head.")))
+    z = lambda s: np.zeros(int(s * MODEL_RATE), np.float32)  # noqa: E731
+    audio = np.concatenate([z(0.4), head, z(2.5), tail, z(2.0)])
+    probe = ros.node("continuation_probe")
+    heard, stops = [], []
+    probe.create_subscription(String, "speech/transcript", lambda m: heard.append(m.data), 10)
+    probe.create_subscription(String, "speech/barge_in", lambda m: stops.append(m.data), 10)
+    cfg = RecognizerConfig(vad=VadConfig(continue_ms=continue_ms))
+    rec = ros.add(SpeechRecognizer(cfg, transcriber=Transcriber(AsrConfig()), context=ros.context))
+    t0 = time.time()
+    for i in range(0, len(audio), 512):   # in real time, as a mic driver sends it
+        rec.push((audio[i:i + 512] * 32767).astype(np.int16), MODEL_RATE, 1, t0 + i / MODEL_RATE)
+        time.sleep(max(0.0, t0 + (i + 512) / MODEL_RATE - time.time()))
+    wait_for(lambda: heard and not rec.busy(), timeout=20, what="the transcript")
+    time.sleep(0.2)
+    last = heard[-1].lower()
+    if continue_ms:
+        assert rec.counts["continued"] == 1 and stops == ["the person goes on"], (rec.counts, stops)
+        assert "left" in last and "nod" in last, heard   # the joined turn: the whole request
+    else:
+        assert rec.counts["continued"] == 0 and not stops
+        assert len(heard) == 2 and "left" not in last, heard

@@ -32,13 +32,13 @@ from bolt_ros.assistant.tool_loop import LoopEvent, ToolLoop, TurnResult
 from bolt_ros.assistant.tools import ToolRegistry
 from bolt_ros.msg import AssistantEvent, Caption
 from bolt_ros.nodes.assistant_msgs import KIND, stats_msg, tool_call_msg, tool_result_msg
-from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, FEEDBACK_QOS, run_nodes, wake_on_done
+from bolt_ros.nodes.common import ACTION_RESULT_TIMEOUT_S, FEEDBACK_QOS, core_log, run_nodes, wake_on_done
 from bolt_ros.nodes.tool_router import ToolRouter
+from bolt_ros.voice.continuation import CONTINUES
 
 _RESTART_ONLY = ("backend.", "tools", "topics.", "scene_memory.", "intent.")  # parameters read once at startup
 MAX_CONVERSATIONS = 16
-# speech_recognizer says here that the person started speaking over the robot (std_msgs/String; remap to move it)
-BARGE_IN_TOPIC = "speech/barge_in"
+BARGE_IN_TOPIC = "speech/barge_in"   # speech_recognizer: the person speaks over the robot, or goes on (String)
 SPECULATIVE_TOPIC = "speech/speculative"   # speech_recognizer: the words so far, at the person's pause (priming.py)
 
 
@@ -51,7 +51,7 @@ class Job:
     t_received: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
-    interrupted_by: str = ""        # why it was cancelled: "barge-in", "cancel", "shutdown"
+    interrupted_by: str = ""        # why it was cancelled: "barge-in", "continued", "cancel", "shutdown"
     t_cancel: float = 0.0
     result: TurnResult | None = None
     finished: Future | None = None  # completed with the job (an action goal's coroutine awaits it)
@@ -103,8 +103,7 @@ class AssistantNode(Node):
         self._current: Job | None = None
         self._pending: list[Job] = []
         self._prefill_due: str | None = None   # a conversation whose next prompt the idle worker prefills
-        self.primer = Primer(self.backend, self.intent, prefill=self.config.prefill_between_turns,
-                             log=self._log)
+        self.primer = Primer(self.backend, self.intent, prefill=self.config.prefill_between_turns, log=core_log(self))
         self.turns_done = 0
         self.prefilled_after = -1              # turns_done when the last next-turn prefill began (tests wait on it)
         self._closing = threading.Event()
@@ -151,12 +150,12 @@ class AssistantNode(Node):
         if self.config.speculative_start and msg.data.strip():
             self._jobs.put(msg.data.strip())   # the worker's, when no turn waits (Primer.speculate)
 
-    def _on_barge_in(self, _msg: String) -> None:
-        """Speech onset over the robot's voice: stop the turn and its motion as a new utterance would, without
-        starting one (the person's transcript follows when they are done)."""
+    def _on_barge_in(self, msg: String) -> None:
+        """Speech onset over the robot's voice, or the person going on (CONTINUES: the turn stays out of the history):
+        stop the turn and its motion as a new utterance would, without starting one (the transcript follows)."""
         if self.config.barge_in:
             goals = self.router.cancellable_goals() if self.config.barge_in_stops_motion else []
-            self._interrupt("barge-in")
+            self._interrupt("continued" if msg.data == CONTINUES else "barge-in")
             self.router.cancel_goals(goals)
 
     def _on_caption(self, msg: Caption) -> None:
@@ -173,11 +172,11 @@ class AssistantNode(Node):
         return not self.config.barge_in and self._waiting() >= self.config.max_queued_turns
 
     def _on_goal(self, _request) -> GoalResponse:
-        if self._queue_full():
-            self.get_logger().warning(f"rejected a converse goal: {self._waiting()} turns are waiting "
-                                      f"(max_queued_turns={self.config.max_queued_turns})")
-            return GoalResponse.REJECT
-        return GoalResponse.ACCEPT
+        if not self._queue_full():
+            return GoalResponse.ACCEPT
+        self.get_logger().warning(f"rejected a converse goal: {self._waiting()} turns are waiting "
+                                  f"(max_queued_turns={self.config.max_queued_turns})")
+        return GoalResponse.REJECT
 
     def submit(self, job: Job) -> Job:
         """Queue a turn; with barge-in on, whatever is running or waiting is interrupted first. A full queue
@@ -259,10 +258,7 @@ class AssistantNode(Node):
                     self._pending.remove(job)
                 self._current = job
             try:
-                if not job.cancel.is_set():
-                    job.result = self._run_turn(job)
-                else:
-                    job.result = TurnResult(cancelled=True)
+                job.result = self._run_turn(job) if not job.cancel.is_set() else TurnResult(cancelled=True)
             except Exception as e:  # never let the worker die: report and go on with the next utterance
                 self.get_logger().error(f"turn failed: {type(e).__name__}: {e}")
                 job.result = TurnResult(error=f"{type(e).__name__}: {e}")
@@ -306,7 +302,8 @@ class AssistantNode(Node):
         loop = ToolLoop(self.backend, call_tool, lambda ev: self._emit(job, ev),
                         max_tool_rounds=cfg.max_tool_rounds, max_sentences=cfg.max_sentences,
                         at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()],
-                        intent=self.primer.intent, own_name=cfg.robot_name)
+                        intent=self.primer.intent, own_name=cfg.robot_name,
+                        at_a_loss_told=[x.strip() for x in cfg.at_a_loss_told.split("|") if x.strip()])
         loop.first_clause = cfg.first_clause_words   # a reply's first clause goes to TTS (sentences.py)
         user_msg = conv.user_message(job.utterance, scene)
         res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
@@ -318,6 +315,9 @@ class AssistantNode(Node):
         if res.cancelled and job.t_cancel:
             self.latency["barge_in_stop"].append((time.perf_counter() - job.t_cancel) * 1e3)
             self.get_logger().info(f"turn interrupted ({job.interrupted_by}) after {res.stats['total_ms']:.0f} ms")
+        if res.cancelled and job.interrupted_by == "continued":
+            self.get_logger().info(f"turn taken back: the person went on after {job.utterance!r}")
+            return res
         ok = [(c, r) for c, r in zip(res.tool_calls, res.tool_results) if r.ok]
         conv.commit(res.messages, TurnRecord(job.utterance, res.text, [r.done for _, r in ok if r.done],
                                              [c.name for c, _ in ok]))
@@ -327,20 +327,6 @@ class AssistantNode(Node):
             self.get_logger().info(f"robot: {res.text!r} ({len(res.tool_calls)} tool calls, "
                                    f"{res.stats['total_ms']:.0f} ms)")
         return res
-
-    def _log(self, level: str, text: str) -> None:
-        """A ROS-free core's log line. One call site per severity: rclpy ties a call site to the first severity it
-        logs there and raises on another, so one `getattr(logger, level)(text)` line killed the assistant's worker
-        as soon as `--log-level debug` let a debug line through after an info one."""
-        logger = self.get_logger()
-        if level == "debug":
-            logger.debug(text)
-        elif level == "info":
-            logger.info(text)
-        elif level == "warning":
-            logger.warning(text)
-        else:
-            logger.error(text)
 
     def _conversation(self, cid: str) -> Conversation:
         conv = self._conversations.get(cid)
@@ -353,7 +339,7 @@ class AssistantNode(Node):
         cfg = self.config
         conv.system_prompt, conv.max_messages = cfg.system_prompt, cfg.max_history_messages
         conv.history_mode, conv.memory_turns, conv.memory_replies = cfg.history, cfg.memory_turns, cfg.memory_replies
-        conv.keep_last_call = cfg.memory_keeps_last_call
+        conv.keep_last_call, conv.facts_in_prompt = cfg.memory_keeps_last_call, cfg.facts_in_prompt
         return conv
 
     def _emit(self, job: Job, ev: LoopEvent) -> None:

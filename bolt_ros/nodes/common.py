@@ -185,3 +185,20 @@ def run_nodes(make_nodes: Callable[[], Sequence[Node]], args: list[str] | None =
     finally:
         rclpy.try_shutdown()
     return 0
+
+
+def core_log(node: Node) -> Callable[[str, str], None]:
+    """`log(level, text)` for a ROS-free core, onto the node's logger. One call site per severity: rclpy ties a call
+    site to the first severity it logs there and raises on another, so a one-line `getattr(logger, level)(text)`
+    killed the assistant's worker as soon as `--log-level debug` let a debug line through after an info one."""
+    def log(level: str, text: str) -> None:
+        logger = node.get_logger()
+        if level == "debug":
+            logger.debug(text)
+        elif level == "info":
+            logger.info(text)
+        elif level == "warning":
+            logger.warning(text)
+        else:
+            logger.error(text)
+    return log

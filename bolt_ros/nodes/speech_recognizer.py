@@ -23,6 +23,7 @@ from bolt_ros.nodes.common import NodeLoop, declare_config, run_nodes
 from bolt_ros.nodes.speech_common import chunk_samples, from_stamp, to_stamp
 from bolt_ros.voice.audio import MODEL_RATE, AudioError, Resampler, check_format, resample, to_mono_float
 from bolt_ros.voice.config import RecognizerConfig
+from bolt_ros.voice.continuation import CONTINUES, Continuation
 from bolt_ros.voice.echo import EchoGate
 from bolt_ros.voice.echo_suppress import EchoSuppressor
 from bolt_ros.voice.turn_end import reads_unfinished
@@ -51,6 +52,7 @@ class SpeechRecognizer(Node):
         self.suppressor = EchoSuppressor(cfg.echo)
         self.segmenter = TurnSegmenter(cfg.vad)
         self.segmenter.wait_for_words = True   # the pause's speculative words decide an early end (turn_end.py)
+        self.continuation = Continuation(cfg.vad.continue_ms)   # ... and a person who goes on takes it back
         self._framer, self._resampler = Framer(), None
         t = cfg.topics
         self._transcript_pub = self.create_publisher(String, t.transcript, 10)
@@ -66,10 +68,12 @@ class SpeechRecognizer(Node):
         self._spec: Future | None = None       # the speculative ASR of the current turn, started at its pause
         self._prompt = True                    # the current turn's ASR gets the vocabulary prompt (not a barge-in)
         self._turns_in_asr = 0                 # ended turns whose transcript is not out yet
+        self._turn_id = 0                      # ended turns, counted; a continued one's transcript is not published
+        self._continued: set[int] = set()
         self._feeding = False                  # the audio thread is on a block
         self._t_audio = time.monotonic()       # when the audio thread last had a block
         self.counts = {"blocks": 0, "transcripts": 0, "empty": 0, "barge_ins": 0, "bad_blocks": 0, "dropped_s": 0.0,
-                       "late_reference_frames": 0, "speculative": 0, "unfinished": 0}
+                       "late_reference_frames": 0, "speculative": 0, "unfinished": 0, "continued": 0}
         self._loop = NodeLoop(self._process, "speech-recognizer").start()
         self._source = None
         try:
@@ -171,6 +175,12 @@ class SpeechRecognizer(Node):
     def _on_segment_event(self, ev) -> None:
         if isinstance(ev, Onset):
             self._event(AudioEvent.SPEECH_START, audio_time=ev.t_start)
+            if self.continuation.onset(ev.t_start, self.gate.voice_since(self.continuation.last_end())):
+                # the last turn was not over: what the robot began on it stops, and this turn joins it
+                self.counts["continued"] += 1
+                self._continued = {i for i in self._continued if i > self._turn_id - 8} | {self._turn_id}
+                self._barge_pub.publish(String(data=CONTINUES))
+                self.get_logger().info("the person goes on: the last turn continues")
             barge_in = self.config.barge_in and self.gate.robot_speaking(ev.t_start)
             # Over the robot's voice the words get a barge-in's ASR (no prompt, the stop-phrase check: asr.py). A
             # reply begun in the half second after the robot's last word is still a barge-in (its echo may linger,
@@ -184,7 +194,8 @@ class SpeechRecognizer(Node):
                 self._event(AudioEvent.BARGE_IN, audio_time=ev.t_start)
                 self.get_logger().info("barge-in: the person speaks over the robot")
         elif isinstance(ev, Pause):
-            self._spec = fut = self._asr_pool.submit(self._transcribe, ev.audio, ev.t_end, self._prompt)
+            audio = self.continuation.joined(ev.audio, ev.t_end - len(ev.audio) / MODEL_RATE)
+            self._spec = fut = self._asr_pool.submit(self._transcribe, audio, ev.t_end, self._prompt)
             fut.add_done_callback(self._on_speculative)
         elif isinstance(ev, Resume):
             if self._spec is not None:
@@ -192,11 +203,15 @@ class SpeechRecognizer(Node):
                 self._spec = None
         elif isinstance(ev, EndOfTurn):
             self._event(AudioEvent.SPEECH_END, audio_time=ev.t_end_of_speech)
-            fut, self._spec = (self._spec or self._asr_pool.submit(self._transcribe, ev.audio, ev.t_decision,
+            audio = self.continuation.joined(ev.audio, ev.t_decision - len(ev.audio) / MODEL_RATE)
+            self.continuation.ended(audio, ev.t_decision)
+            fut, self._spec = (self._spec or self._asr_pool.submit(self._transcribe, audio, ev.t_decision,
                                                                    self._prompt)), None
-            seconds = len(ev.audio) / 16000
+            seconds = len(audio) / MODEL_RATE
             self._turns_in_asr += 1
-            fut.add_done_callback(lambda f: self._publish_transcript(f, seconds))
+            self._turn_id += 1
+            turn = self._turn_id
+            fut.add_done_callback(lambda f: self._publish_transcript(f, seconds, turn))
 
     def _on_speculative(self, fut: Future) -> None:
         """The ASR thread: the pause's words are in while the turn is still open: the segmenter may end it early if
@@ -224,8 +239,11 @@ class SpeechRecognizer(Node):
         """Audio waiting, a turn in progress, or a turn's transcript not out yet."""
         return self._feeding or not self._blocks.empty() or self.segmenter.in_speech or self._turns_in_asr > 0
 
-    def _publish_transcript(self, fut: Future, seconds: float) -> None:
+    def _publish_transcript(self, fut: Future, seconds: float, turn: int) -> None:
         try:
+            if turn in self._continued:   # the person went on before its words were out: the joined turn's come
+                self._continued.discard(turn)
+                return
             self._publish_result(fut, seconds)
         finally:
             self._turns_in_asr -= 1

@@ -24,6 +24,8 @@ class VadConfig(_Strict):
     # over the longest pause at a comma silero counted in 122 renderings of the scripts' requests (320 ms; 400 before)
     end_of_turn_ms: int = Field(352, gt=0)
     unfinished_end_ms: int = Field(1200, ge=0)
+    # speech starting this soon after a turn's end, the robot silent since, continues that turn (continuation.py)
+    continue_ms: int = Field(1000, ge=0)
     max_utterance_s: float = Field(20.0, gt=0.0)         # longer speech is cut into turns of this length
     pre_roll_ms: int = Field(320, ge=0)                  # audio kept before the onset (soft word starts, and
                                                          # starts the echo gate held back while the robot spoke)

@@ -114,6 +114,11 @@ class EchoGate:
             delay = self.lag * FRAME_S if self.lag is not None else self.cfg.max_delay_ms / 1000
             return self._t_last_voice + delay + FRAME_S >= t
 
+    def voice_since(self, t: float) -> bool:
+        """Whether the robot's voice was played after time t."""
+        with self._lock:
+            return self._t_last_voice > t
+
     # ---- the mic ---------------------------------------------------------------------------------------------
     def is_echo(self, frame: np.ndarray, t_end: float, speech_prob: float | None = None,
                 in_turn: bool = False) -> bool:
