@@ -34,8 +34,32 @@ from conversation_scoring import score_turn
 from graph_harness import Graph, product_config
 from rclpy.action import ActionClient
 
+from bolt_ros.assistant.tool_loop import ToolLoop
+from bolt_ros.nodes import assistant_node
+
 SCRIPTS = Path(__file__).with_name("conversation_scripts.yaml")
 MOTION_TOOLS = ("play_animation", "look", "move_head")
+TRACE: list[dict] = []  # per turn, in order: what the loop decided and held back (TracingLoop)
+
+
+class TracingLoop(ToolLoop):
+    """The node's own tool loop, recording why a turn ended as it did: the intent decision and every model sentence
+    held back (a refusal, a parroted opening, the note read out) with the reason. The JSON's `trace` is what tells
+    an at-a-loss line caused by a refusal from one caused by a copied memory note; the loop itself is not changed."""
+
+    def run(self, *args, **kwargs):
+        self._trace = {"held": []}
+        res = super().run(*args, **kwargs)
+        keep = ("intent", "intent_p", "at_a_loss", "stopped")
+        TRACE.append({**self._trace, **{k: res.stats[k] for k in keep if k in res.stats}})
+        return res
+
+    def _speak(self, sentence, res, *, model=True):
+        n = len(res.spoken)
+        ok = super()._speak(sentence, res, model=model)
+        if model and len(res.spoken) == n and res.stopped:
+            self._trace["held"].append([res.stopped, sentence])
+        return ok
 
 
 class Runner:
@@ -107,7 +131,9 @@ def run_seed(seed: int, scripts: list[dict], overrides: dict, words_after_motion
                 if "caption" in turn:
                     runner.caption(turn["caption"])
                     continue
+                n_trace = len(TRACE)
                 out = runner.turn(turn["say"], cid)
+                out["trace"] = TRACE[n_trace] if len(TRACE) > n_trace else {}
                 s = score_turn(turn, out["reply"], out["calls"], out["moved"], replies)
                 replies.append(out["reply"])
                 rows.append({"seed": seed, "conversation": conv["name"], "turn": i, "say": turn["say"], **out,
@@ -129,7 +155,8 @@ def _row(r: dict) -> str:
     calls = ",".join(f"{c[0]}({','.join(f'{v}' for v in c[1].values())})" if c else "REFUSED" for c in r["calls"])
     react = f"{r['react_s']:.2f}" if r["react_s"] is not None else "-"
     return (f"s{r['seed']} {r['conversation'][:12]:<12} {r['turn']:>2} {'ok ' if r['right'] else 'BAD'} "
-            f"{react:>5}s {r['say'][:34]:<34} | {calls[:28]:<28} | {r['reply'][:70]!r} {' '.join(flags)}")
+            f"{react:>5}s {r['say'][:34]:<34} | {calls[:28]:<28} | {r['reply'][:70]!r} {' '.join(flags)}"
+            + "".join(f"\n      held ({why}): {said!r}" for why, said in r.get("trace", {}).get("held", [])))
 
 
 def totals(rows: list[dict]) -> dict:
@@ -190,6 +217,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ["ROS_DOMAIN_ID"] = str(random.randint(100, 200))
+    assistant_node.ToolLoop = TracingLoop  # the node builds its loop per turn from this name
     scripts = yaml.safe_load(args.scripts.read_text())["conversations"]
     if args.only:
         scripts = [c for c in scripts if c["name"] in args.only]

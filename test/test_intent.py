@@ -145,8 +145,11 @@ def test_a_feeling_is_not_taken_for_a_request_and_a_request_still_acts(engine, c
     first classifier already took for talk never asks the second."""
     cfg = classifier.cfg
     alone = IntentClassifier(engine, cfg.model_copy(update={"confirm_instructions": ""}))
-    assert alone.decide("I'm feeling so sad and lonely today.", tools).label == "sad"   # negative control: the miss
-    d = classifier.decide("I'm feeling so sad and lonely today.", tools)
+    # a statement in a request's form (an order with no subject of its own: mention.py lets it through), so the
+    # yes/no classifier is what turns it into talk
+    feeling = "Feeling so sad and lonely today."
+    assert alone.decide(feeling, tools).label == "sad"   # negative control: the first classifier's miss
+    d = classifier.decide(feeling, tools)
     assert (d.label, d.call, d.vetoed) == (TALK, None, "sad")
     assert _act(d) * d.p_request <= d.probs[TALK] * (1 - d.p_request)   # the pooled rule, as documented
     for utterance, move in [("Can you shake your head to say no?", "shake_head"), ("Act sad, I dropped it.", "sad")]:
@@ -245,3 +248,39 @@ def test_the_scene_and_the_name_are_answered_by_the_robot_and_a_refusal_is_sampl
     res = turn("Oops, I spilled my tea.")
     assert len(backend.requests) == n + 3 and res.text == "Sorry, say that again?"  # two new samples, then at a loss
     assert not any("assist" in e.text for e in events if e.kind == "sentence")
+
+
+def test_a_move_word_in_a_statement_or_a_question_about_others_moves_nothing(classifier, tools):
+    """Issue 34: the sentence's form tells a mention from a request (mention.py). Our own sentences. Negative
+    control: for "He looked so surprised." the two classifiers pooled would act (surprised 0.96, yes 0.40); the
+    form vetoes it. Requests of every form next to them still act."""
+    said = "He looked so surprised."
+    d = classifier.decide(said, tools)
+    yes = classifier._confirm.probs(said)["yes"]
+    assert _act(d) * yes > d.probs[TALK] * (1 - yes)     # the classifiers alone: a move
+    assert (d.label, d.call, d.vetoed) == (TALK, None, "surprised")
+    for u in ["My uncle shook his head at the waiter.", "She danced all night at the party.",
+              "Why do horses nod their heads when they walk?", "I'm turning the big four-oh next week.",
+              "I felt so sad yesterday."]:
+        d = classifier.decide(u, tools)
+        assert d.call is None, (u, d.label, d.vetoed)
+    for u, move in [("Dance for me!", "dance"), ("I want you to nod.", "nod"), ("Okay, shake your head.", "shake_head"),
+                    ("Can you look surprised?", "surprised"), ("No, turn left.", "look_left")]:
+        d = classifier.decide(u, tools)
+        assert d.call is not None and d.call.name == move, (u, d.label, d.probs)
+
+
+@pytest.mark.parametrize(("utterance", "last", "call", "args"), [
+    ("Go all the way up.", None, "more_up", {"amount": "all"}),         # from anywhere: to the limit
+    ("Look straight ahead again.", "look_left", "look_center", {}),     # not the last look once more
+    ("Take a look around the garden.", None, "look_around", {}),        # an order to look, not a view question
+    ("Look back at me.", "look_up", "look_center", {}),
+])
+def test_the_words_form_settles_what_the_label_leaves_open(classifier, tools, utterance, last, call, args):
+    d = classifier.decide(utterance, tools, last)
+    assert d.call is not None and (d.call.name, d.call.arguments) == (call, args), (d.label, d.probs)
+
+
+def test_a_view_question_stays_a_question(classifier, tools):
+    """Negative control of the look-around rule: a question about the view is answered from the caption."""
+    assert classifier.decide("What can you see around the room?", tools).label == SEE

@@ -144,6 +144,10 @@ class AssistantConfig(_Strict):
     # a motion's own line (ToolSpec.say) is said as the robot starts moving, not after the motion (issue 33)
     say_move_at_start: bool = True
     at_a_loss: str = ""   # lines (" | " between them) for a turn that would end with nothing said or done
+    at_a_loss_told: str = ""  # the same for a turn that told something rather than asked ("" = at_a_loss)
+    # the note of what the person told (assistant/facts.py) shown to the words model; false: the robot alone says it
+    # back when asked (FactNote.answer), and the model cannot weave it into unrelated small talk
+    facts_in_prompt: bool = True
     robot_name: str = "Bolt"  # the name the system prompt gives the robot: a reply never addresses the person by it
     enable_thinking: bool = False              # default when a transcript arrives (a goal says its own)
     barge_in: bool = True                      # a new utterance cancels the reply in progress

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from bolt_ros.assistant.config import SceneMemoryConfig
 from bolt_ros.assistant.facts import FactNote
+from bolt_ros.assistant.reply_text import norm
 
 
 def approx_tokens(text: str) -> int:
@@ -111,7 +112,8 @@ class Conversation:
     """
 
     def __init__(self, system_prompt: str, max_messages: int = 16, *, history: str = "verbatim",
-                 memory_turns: int = 6, memory_replies: bool = True, keep_last_call: bool = False):
+                 memory_turns: int = 6, memory_replies: bool = True, keep_last_call: bool = False,
+                 facts_in_prompt: bool = True):
         self.system_prompt = system_prompt
         self.max_messages = max_messages
         self.history_mode, self.memory_turns, self.memory_replies = history, memory_turns, memory_replies
@@ -119,6 +121,11 @@ class Conversation:
         self.history: list[dict] = []
         self.records: list[TurnRecord] = []
         self.facts = FactNote()  # what the person told about themselves (facts.py): memory mode only
+        # whether the words model is shown the fact note (else the robot alone answers it back: FactNote.answer)
+        self.facts_in_prompt = facts_in_prompt
+        # the robot's fallback lines said in this conversation (ToolLoop's at-a-loss): the memory does not quote
+        # them, since shown them the model copies them and the copy is held back again, turn after turn
+        self.unquoted: set[str] = set()
 
     def user_message(self, utterance: str, scene: str = "") -> dict:
         content = f"[{scene}]\n{utterance}" if scene else utterance
@@ -132,7 +139,7 @@ class Conversation:
             acts = " and ".join(r.done)
             if acts:
                 what = acts
-            elif r.reply and self.memory_replies:
+            elif r.reply and self.memory_replies and norm(r.reply) not in self.unquoted:
                 what = f'you answered "{_clip(r.reply, 90)}"'
             else:
                 what = "you answered"
@@ -164,7 +171,7 @@ class Conversation:
             # way" with "Looking right." and no call
             last = [m for m in last if m["role"] != "assistant" or m.get("tool_calls")] if any(
                 m.get("tool_calls") for m in last) else []
-            memory, facts = self.memory(skip_last=bool(last)), self.facts.render()
+            memory, facts = self.memory(skip_last=bool(last)), self.facts.render() if self.facts_in_prompt else ""
             earlier = [{"role": "system", "content": m} for m in (facts, memory) if m]
             earlier += last
         return [{"role": "system", "content": self.system_prompt}, *earlier, *pending]

@@ -85,11 +85,14 @@ class EmbeddedBackend:
                                        add_bos=tok.add_bos))
 
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
-                    cancel: threading.Event, words_only: bool = False) -> Iterator[BackendEvent]:
+                    cancel: threading.Event, words_only: bool = False, attempt: int = 0) -> Iterator[BackendEvent]:
         # the engine holds the session's lock while it generates: calls on the one cache never interleave
         choice = "none" if words_only else self.tool_choice
+        sampling = self.sampling
+        if attempt and sampling.seed is not None:  # a redraw: the same seed would write the same reply again
+            sampling = sampling.model_copy(update={"seed": sampling.seed + REDRAW_SEED_STEP * attempt})
         for ev in self.session.stream(self._as_written(messages), tools=tools or None, enable_thinking=enable_thinking,
-                                      sampling=self.sampling, cancel=cancel, tool_choice=choice,
+                                      sampling=sampling, cancel=cancel, tool_choice=choice,
                                       call_threshold=self.call_threshold):
             yield self._convert(ev)
 
@@ -148,6 +151,9 @@ class EmbeddedBackend:
             del stats["text"]  # the reply itself already went out as TextDeltas
             return Finished(stats)
         raise BackendError(f"embedded backend: unexpected engine event {type(ev).__name__}")
+
+
+REDRAW_SEED_STEP = 7919  # seed offset per redraw (a prime: no run with a nearby seed draws the same numbers)
 
 
 def _fold_later_system(messages: list[dict]) -> list[dict]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from bolt_ros.assistant.mention import is_question
 from bolt_ros.assistant.reply_text import sentences
 
 FACTS_HEADER = "Notes on the person you are talking to (not on you):"
@@ -29,6 +30,36 @@ _SWAP = [(r"\bi am\b", "they are"), (r"\bi was\b", "they were"), (r"\bi['’]m\b
          (r"\bme\b", "them"), (r"\bour\b", "their"), (r"\bus\b", "them"), (r"\bi\b", "they"), (r"\bwe\b", "they")]
 
 
+_TO_YOU = [(r"\bi am\b", "you are"), (r"\bi was\b", "you were"), (r"\bi['’]m\b", "you're"), (r"\bim\b", "you're"),
+           (r"\bi['’]ve\b", "you've"), (r"\bi['’]ll\b", "you'll"), (r"\bi['’]d\b", "you'd"),
+           (r"\bwe['’]re\b", "you're"),
+           (r"\bmyself\b", "yourself"), (r"\bmine\b", "yours"), (r"\bmy\b", "your"), (r"\bme\b", "you"),
+           (r"\bour\b", "your"), (r"\bus\b", "you"), (r"\bi\b", "you"), (r"\bwe\b", "you")]
+# a question's words that say nothing of what it is about ("where am I going on Saturday?" is about going, Saturday)
+_ASKING = set("""what whats when where who whom whose why how which is are was were am do does did will would can could
+should my me i we our us you your yours the a an to of on in at for with again remember know tell called name
+that this it its and or so then now please still ever about there think feel like want look doing really
+today""".split())
+_OF_THEIRS = re.compile(r"\b(?:his|her|its|their) name is\b", re.IGNORECASE)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]+", re.sub(r"['’]s\b", "", text.lower())) if len(w) > 2} - _ASKING
+
+
+def _same_word(a: str, b: str) -> bool:
+    """"party" / "parties", "beach" / "beaches": the same first four letters (a short word must match whole)."""
+    return a == b or (min(len(a), len(b)) >= 4 and a[:4] == b[:4])
+
+
+def second_person(sentence: str) -> str:
+    """"I'm going to the beach with my sister." -> "you're going to the beach with your sister." (said back)."""
+    out = sentence
+    for pattern, repl in _TO_YOU:
+        out = re.sub(pattern, repl, out, flags=re.IGNORECASE)
+    return out[:1].lower() + out[1:]
+
+
 def third_person(sentence: str) -> str:
     """"I'm going to the beach with my sister." -> "They are going to the beach with their sister."."""
     out = sentence
@@ -42,6 +73,7 @@ class FactNote:
         self.max_facts = max_facts
         self.names: list[str] = []
         self.facts: list[str] = []
+        self.told: list[str] = []  # the same facts as the person said them (first person): recall() says them back
 
     def add(self, said: str) -> None:
         """Keep what these words tell about the person (call it with a turn that asked for no move)."""
@@ -52,9 +84,11 @@ class FactNote:
                 continue
             if s.rstrip().endswith("?"):
                 continue
-            if _FIRST_PERSON.search(s) or re.search(r"\b(his|her|its|their) name is\b", s, re.IGNORECASE):
-                fact = third_person(s.strip())
-                self.facts = [*[f for f in self.facts if f != fact][-(self.max_facts - 1):], fact]
+            if _FIRST_PERSON.search(s) or _OF_THEIRS.search(s):
+                fact, told = third_person(s.strip()), s.strip()
+                keep = [i for i, f in enumerate(self.facts) if f != fact][-(self.max_facts - 1):]
+                self.facts = [*[self.facts[i] for i in keep], fact]
+                self.told = [*[self.told[i] for i in keep], told]
 
     def name_answer(self, utterance: str) -> str:
         """"What's my name?" / "Who am I?" answered from the note ("You're Tom."); "" when not asked or not known:
@@ -62,6 +96,27 @@ class FactNote:
         if not self.names or not _ASKS_NAME.search(utterance):
             return ""
         return f"You're {self.names[-1]}."
+
+    def answer(self, utterance: str) -> str:
+        """The robot's own answer to a question about what the person told: their name (name_answer), or the newest
+        fact that shares a word with the question ("Where am I going on Saturday?" -> "You told me you're going to
+        the beach on Saturday."); "" when it is no such question or nothing told matches. The 0.5B model shown the
+        fact note answered such questions with the person's own words in the first person ("I'm going to the beach
+        on Saturday.", held back as the memory read out) or wove the note into unrelated small talk."""
+        name = self.name_answer(utterance)
+        if name or not is_question(utterance) or not _FIRST_PERSON.search(utterance):
+            return name
+        asked = _words(utterance)
+        best = max(range(len(self.told)), default=None,
+                   key=lambda i: (sum(any(_same_word(a, w) for w in _words(self.told[i])) for a in asked), i))
+        if best is None or not any(any(_same_word(a, w) for w in _words(self.told[best])) for a in asked):
+            return ""
+        said = second_person(self.told[best]).rstrip(".!")
+        if best + 1 < len(self.told) and _OF_THEIRS.search(self.told[best + 1]):
+            # "Her name is Biscuit." told right after "I adopted a dog yesterday.": "what's my dog called?" finds
+            # the dog, and the name is the next thing they said
+            said = f"{said}, and {self.told[best + 1][:1].lower()}{self.told[best + 1][1:].rstrip('.!')}"
+        return f"You told me {said}."
 
     def render(self) -> str:
         lines = [f"- Their name is {n}." for n in self.names]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from bolt_ros.assistant.backend import ToolCallRequest
 from bolt_ros.assistant.config import IntentConfig
+from bolt_ros.assistant.mention import is_mention, is_question, without_openers
 from bolt_ros.engine.decode.choice import check_prefix_free, option_probabilities
 
 TALK, REPEAT, REVERSE = "talk", "repeat", "reverse"
@@ -158,18 +159,23 @@ class IntentClassifier:
         # act or talk is the first question, which act the second: with more labels for acts (more, that_move), a
         # request's mass spreads over them ("act happy!": answer 0.34, happy 0.22, that_move 0.11)
         acts = {k: v for k, v in by_name.items() if k not in (TALK, SEE)}
-        p_act = sum(acts.values())
+        p_act, mention = sum(acts.values()), is_mention(utterance)
         if label == TALK and p_act > by_name[TALK]:
             label = max(acts, key=acts.get)
         p_request = vetoed = None
+        if label not in (TALK, SEE) and mention:  # "She shook her head at me.": told, not asked (mention.py)
+            label, vetoed = TALK, label
         if label not in (TALK, SEE) and self._confirm is not None:
-            confirm = self._confirm.probs(utterance, cancel)
+            # without its opening "No, ..." / "Yes, ...": the yes/no classifier read the person's "No" as its answer
+            # ("No turn left.": yes 0.23 with it)
+            confirm = self._confirm.probs(without_openers(utterance), cancel)
             if confirm is None:
                 return None
             p_request = confirm[YES]
             # product of experts over act / talk: no weight, no threshold
             if p_act * confirm[YES] <= by_name[TALK] * confirm[NO]:
                 label, vetoed = TALK, label
+        label = _by_form(label, utterance, by_name, mention)
         args: dict = {}
         if label == FURTHER:
             target, args = further(utterance, last_move)
@@ -214,6 +220,34 @@ class IntentClassifier:
 POINTED_P = 0.3  # an earlier utterance's move counts as what "show me" points at from this probability on
 
 
+_CENTER = re.compile(r"\b(straight ahead|ahead|center|centre|front|forward|at me|to me)\b", re.IGNORECASE)
+_DIRECTION = re.compile(r"\b(left|right|up|down|higher|lower)\b", re.IGNORECASE)
+# an order to look: "Look ...", "Have a look ...", "Okay, take a quick look ..."
+_LOOK_ORDER = re.compile(r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|bolt)\W+)*(?:(?:have|take) a (?:quick |good )?)?"
+                         r"look\b", re.IGNORECASE)
+_LOOK_AROUND = re.compile(r"\blook(?:ing)?\s+(?:all\s+)?around\b", re.IGNORECASE)
+
+
+def _by_form(label: str, utterance: str, by_name: dict[str, float], mention: bool) -> str:
+    """What the words' form settles over the classifier's label: "all the way to the left" is the head to its limit,
+    not a fixed look (look_left 0.51, more 0.38 for it); "look straight ahead again" is the centre, not the last
+    look once more (repeat had it turn right); "have a look around the room" is a move, not a question about the
+    view (see 0.37, look_around 0.35; "Look around the room." see 0.80 after other examples were added): a view
+    question is a question, an order to look around is not."""
+    head = label.startswith("look_") and label != "look_center"
+    if (head or label == FURTHER) and _ALL.search(utterance) and _DIRECTION.search(utterance):
+        return FURTHER
+    if label in (REPEAT, REVERSE, POINT_BACK, FURTHER) or head:  # not an animation: "dance in front of me"
+        if _CENTER.search(utterance) and not _DIRECTION.search(utterance) and "look_center" in by_name:
+            return "look_center"
+    if label in (SEE, TALK) and _LOOK_ORDER.match(utterance) and not is_question(utterance) and not mention:
+        if _LOOK_AROUND.search(utterance) and "look_around" in by_name:
+            return "look_around"
+        if _CENTER.search(utterance) and not _DIRECTION.search(utterance) and "look_center" in by_name:
+            return "look_center"  # "Look at me." (see 0.41)
+    return label
+
+
 def _is_further(name: str) -> bool:
     return any(name == FURTHER_CALL.format(direction=d) for d in set(_WORDS.values()))
 
@@ -227,9 +261,10 @@ def further(utterance: str, last_move: str | None) -> tuple[str | None, dict]:
     direction = said[-1] if said else went if _MORE.search(utterance) else None
     if direction is None:  # "come back to me" is no way on
         return None, {}
-    if direction != went:  # "and down" after a look up, "look down" first: a look that way, not further
+    every = _ALL.search(utterance)  # all the way: to the limit from wherever the head is
+    if direction != went and not every:  # "and down" after a look up, "look down" first: a look that way
         return f"look_{direction}", {}
-    amount = "all" if _ALL.search(utterance) else "bit" if _BIT.search(utterance) else "more"
+    amount = "all" if every else "bit" if _BIT.search(utterance) else "more"
     return FURTHER_CALL.format(direction=direction), {"amount": amount}
 
 

@@ -24,6 +24,7 @@ from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, Thought
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
 from bolt_ros.assistant.facts import FACTS_HEADER
 from bolt_ros.assistant.intent import POINT_BACK, SEE
+from bolt_ros.assistant.mention import is_question
 from bolt_ros.assistant.reply_text import CALL_AS_TEXT, REFUSAL, ngrams, norm, said_before, unaddress, unframe
 from bolt_ros.assistant.scene import newest_caption, see_options
 from bolt_ros.assistant.sentences import SentenceSplitter, sentence_count
@@ -64,11 +65,14 @@ ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]
 class ToolLoop:
     def __init__(self, backend: ChatBackend, call_tool: ToolCaller, emit: Callable[[LoopEvent], None], *,
                  max_tool_rounds: int = 3, max_sentences: int = 0, at_a_loss: list[str] = (), intent=None,
-                 own_name: str = ""):
+                 own_name: str = "", at_a_loss_told: list[str] = ()):
         self.backend = backend
         self.own_name = own_name  # the robot's name: never said to address the person (reply_text.unaddress)
         self.intent = intent  # an IntentClassifier: act or talk is decided before the model's words (intent.py)
         self.at_a_loss = list(at_a_loss)  # lines for a turn that would end in silence: nothing spoken, nothing done
+        # ... when the person told something rather than asked ("See you tomorrow." got "Sorry, I'm not sure what
+        # you mean."): a line that takes it in; none: at_a_loss for every turn
+        self.at_a_loss_told = list(at_a_loss_told)
         self.call_tool = call_tool
         self.emit = emit
         self.max_tool_rounds = max_tool_rounds
@@ -86,7 +90,7 @@ class ToolLoop:
         t0 = time.perf_counter() if t0 is None else t0
         res = TurnResult(messages=[user_msg])
         self._turn, self._acked = (conv, res, cancel), None
-        self._utterance = norm(utterance or "")
+        self._utterance, self._asked = norm(utterance or ""), utterance or ""
         self._said_before = said_before(conv.recent_replies(PARROT_TURNS))
         try:
             if self.intent is not None and utterance is not None:
@@ -111,9 +115,9 @@ class ToolLoop:
             return
         res.stats.update(intent=decision.label, intent_p=round(decision.p, 3),
                          intent_ms=(time.perf_counter() - res.t_request) * 1e3)
-        name = conv.facts.name_answer(utterance) if decision.call is None else ""
-        if name:  # "what's my name?", "who am I?": the name they told (facts.py), never a caption
-            return self._say_line(name, res)
+        told = conv.facts.answer(utterance) if decision.call is None else ""
+        if told:  # "what's my name?", "when is my party?": what they told (facts.py), never a caption
+            return self._say_line(told, res)
         caption = newest_caption(res.messages[0].get("content") or "") if decision.label == SEE else ""
         if caption:  # "who is there?": what the camera saw last, in the caption's words (scene.py)
             return self._say_line(fresh_line(conv, see_options(caption)), res)
@@ -125,8 +129,8 @@ class ToolLoop:
             self._run_tools([call], res, cancel, allowed=True)
             if res.cancelled or self._say_instead(conv, res.tool_results, res):
                 return
-        for _ in range(1 + (RESAMPLES if getattr(self.backend, "samples", True) else 0)):
-            self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True)
+        for attempt in range(1 + (RESAMPLES if getattr(self.backend, "samples", True) else 0)):
+            self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True, attempt=attempt)
             if res.stopped not in (PARROTED, REFUSED) or res.spoken or res.cancelled:
                 break
             res.stopped = ""  # it opened by parroting or refusing: a new sample (the sampler has moved on)
@@ -154,7 +158,9 @@ class ToolLoop:
             # every sentence was held back (the memory note read out, a call written as text): a person asked and
             # deserves an answer, not silence
             res.stats["at_a_loss"] = res.stopped or "no words"
-            line = fresh_line(conv, self.at_a_loss)
+            told = self.at_a_loss_told and self._utterance and not is_question(self._asked)
+            line = fresh_line(conv, self.at_a_loss_told if told else self.at_a_loss)
+            conv.unquoted.add(norm(line))
             res.messages.append({"role": "assistant", "content": line})
             res.stopped, res.text = "", line
             self._set_state(SPEAKING)
@@ -169,7 +175,7 @@ class ToolLoop:
         return res
 
     def _model_call(self, conv, res, tools, enable_thinking, cancel, t0, *,
-                    words_only: bool = False) -> list[ToolCallRequest]:
+                    words_only: bool = False, attempt: int = 0) -> list[ToolCallRequest]:
         self._set_state(THINKING)
         splitter, text, calls = SentenceSplitter(first_clause=getattr(self, "first_clause", 0)), [], []
         n_spoken, self._reworded, self._held = len(res.spoken), False, None
@@ -185,8 +191,9 @@ class ToolLoop:
         # (the note of what the person told is there to be answered back: facts.py)
         self._memory = ngrams(" ".join(m["content"] for m in messages[1:] if m["role"] == "system"
                                        and not m["content"].startswith(FACTS_HEADER)))
+        # a redraw says so (attempt): with a fixed seed the same prompt drew the same refusal three times over
         stream = self.backend.stream_chat(messages, tools, enable_thinking=enable_thinking, cancel=cancel,
-                                          words_only=words_only)
+                                          words_only=words_only, **({"attempt": attempt} if attempt else {}))
         try:
             for ev in stream:
                 if cancel.is_set():
