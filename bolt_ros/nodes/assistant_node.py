@@ -302,7 +302,8 @@ class AssistantNode(Node):
         loop = ToolLoop(self.backend, call_tool, lambda ev: self._emit(job, ev),
                         max_tool_rounds=cfg.max_tool_rounds, max_sentences=cfg.max_sentences,
                         at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()],
-                        intent=self.primer.intent, own_name=cfg.robot_name)
+                        intent=self.primer.intent, own_name=cfg.robot_name,
+                        at_a_loss_told=[x.strip() for x in cfg.at_a_loss_told.split("|") if x.strip()])
         loop.first_clause = cfg.first_clause_words   # a reply's first clause goes to TTS (sentences.py)
         user_msg = conv.user_message(job.utterance, scene)
         res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
@@ -338,7 +339,7 @@ class AssistantNode(Node):
         cfg = self.config
         conv.system_prompt, conv.max_messages = cfg.system_prompt, cfg.max_history_messages
         conv.history_mode, conv.memory_turns, conv.memory_replies = cfg.history, cfg.memory_turns, cfg.memory_replies
-        conv.keep_last_call = cfg.memory_keeps_last_call
+        conv.keep_last_call, conv.facts_in_prompt = cfg.memory_keeps_last_call, cfg.facts_in_prompt
         return conv
 
     def _emit(self, job: Job, ev: LoopEvent) -> None:
