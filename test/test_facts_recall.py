@@ -89,3 +89,38 @@ def test_a_redraw_with_a_fixed_seed_draws_anew(backend):
     first = _reply(backend)
     assert _reply(backend) == first
     assert {_reply(backend, 1), _reply(backend, 2)} - {first}
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    from bolt_ros.assistant.config import from_ros_parameters, load_params_file
+    from bolt_ros.assistant.intent import IntentClassifier
+    from bolt_ros.engine.decode.generate import Engine
+    from bolt_ros.engine.default_models import resolve_model
+    from bolt_ros.graph import package_file
+    cfg = from_ros_parameters(load_params_file(package_file("config/assistant.yaml"), "assistant_node"))
+    return IntentClassifier(Engine.load(resolve_model("default-chat"), n_ctx=2048), cfg.intent)
+
+
+def test_a_whole_reply_said_lately_is_drawn_anew(classifier):
+    """"Sure thing!" answered a statement after it had been a move's line: a repeat a person notices. A short reply
+    that is a recent whole reply waits; ending there, it is drawn anew. Negative control: the same words opening a
+    longer reply are said."""
+    replies = iter(["Sure thing!", "That sounds like a plan.", "Sure thing! I love plans."])
+    backend = ScriptedBackend(lambda messages: [{"text": next(replies)}])
+    loop = ToolLoop(backend, lambda c, _e: None, lambda ev: None, intent=classifier)
+    conv = Conversation("You are Bolt.", history="memory")
+    conv.commit([], TurnRecord("Dance!", "Sure thing!", ["you danced"], ["dance"]))
+    for said in ("I'll try again next month.", "I'm making plans."):
+        res = loop.run(conv, conv.user_message(said), [], enable_thinking=False, cancel=threading.Event(),
+                       utterance=said)
+        assert not res.tool_calls
+        if said.startswith("I'll"):
+            assert res.spoken == ["That sounds like a plan."] and len(backend.requests) == 2
+    assert res.spoken == ["Sure thing!", "I love plans."]
+
+
+def test_a_framing_by_the_information_in_the_conversation_is_not_spoken():
+    from bolt_ros.assistant.reply_text import unframe
+    assert unframe("Based on the information provided in the conversation, I am 46.") == "I am 46."
+    assert unframe("Based on the weather, I'd stay in.") == "Based on the weather, I'd stay in."  # not a framing

@@ -284,3 +284,24 @@ def test_the_words_form_settles_what_the_label_leaves_open(classifier, tools, ut
 def test_a_view_question_stays_a_question(classifier, tools):
     """Negative control of the look-around rule: a question about the view is answered from the caption."""
     assert classifier.decide("What can you see around the room?", tools).label == SEE
+
+
+def test_asked_to_look_some_way_or_an_order_that_names_a_move_plays_it(classifier, tools):
+    """"Can you look sleepy for me?" scored answer 0.78 (sleep 0.13) and "Wake up, I want to ask you something."
+    answer 0.73: the words' form asks for the move (intent.looks, _named_order). Our own sentences; negative
+    controls: the same words told of someone else, or said of the robot, move nothing."""
+    from bolt_ros.assistant.intent import _look_like, _named_order
+    looks = classifier.cfg.looks
+    assert _look_like("Could you look a bit tired?", looks) == "sleep"
+    assert _look_like("Look surprised if you didn't know that.", looks) == "surprised"
+    assert _look_like("Show me how curious you can be.", looks) == "curious"
+    assert _look_like("You look happy today.", looks) is None and _look_like("Do I look tired?", looks) is None
+    probs = {n: 0.0 for n in classifier.labels_for(tools)}
+    assert _named_order("Nod if you agree with me, it's a long story.", probs) == "nod"
+    assert _named_order("Shake your head when I'm wrong, okay?", probs) == "shake_head"
+    assert _named_order("My head hurts, shake it off.", probs) is None   # not an order that opens with the move
+    for u, move in [("Could you look a bit tired?", "sleep"), ("Wake up, the guests are here.", "wake_up")]:
+        d = classifier.decide(u, tools)
+        assert d.call is not None and d.call.name == move, (u, d.label, d.probs)
+    for u in ["My brother looked so tired after work.", "You look happy today."]:
+        assert classifier.decide(u, tools).call is None, u

@@ -45,9 +45,11 @@ class BackendError(RuntimeError):
 
 class ChatBackend(Protocol):
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
-                    cancel: threading.Event, words_only: bool = False, attempt: int = 0) -> Iterator[BackendEvent]:
+                    cancel: threading.Event, words_only: bool = False, attempt: int = 0,
+                    temperature: float | None = None) -> Iterator[BackendEvent]:
         """One reply, streamed. words_only: `tools` were used in this turn but this reply may call none of them and
         must be words (OpenAI's tool_choice "none"; the embedded engine holds it to that with a grammar).
         attempt: the how-manieth new sample of the same prompt (a held-back reply's redraw): a backend with a fixed
-        sampling seed draws it with another seed, else it would write the same reply again."""
+        sampling seed draws it with another seed, else it would write the same reply again. temperature: this
+        reply's sampling temperature instead of the backend's own (None: its own)."""
         ...

@@ -83,6 +83,10 @@ class IntentConfig(_Strict):
     # see", "look curious") pulled the head tools' shared first token (docs/conversation.md)
     aliases: dict[str, str] = Field(default_factory=dict)
     opposites: dict[str, str] = Field(default_factory=dict)  # for `reverse`; each pair works both ways
+    # "look <word>" asked of the robot plays the animation that shows it ("Can you look sleepy?" -> sleep)
+    looks: dict[str, str] = Field(default_factory=dict)
+    # the words model's temperature for an answer to a question (None: the backend's own); its redraws keep theirs
+    question_temperature: float | None = Field(None, ge=0.0)
     # a second classifier, asked only when the first chose a move: does the person ask the robot for something?
     # ("" = off). Its yes/no is pooled with the first's probabilities (intent.py)
     confirm_instructions: str = ""
@@ -101,7 +105,7 @@ class IntentConfig(_Strict):
             raise ValueError(f"intent.confirm_examples answer yes or no, not {bad}")
         return v
 
-    @field_validator("aliases", "opposites", mode="before")
+    @field_validator("aliases", "opposites", "looks", mode="before")
     @classmethod
     def _pairs_from_text(cls, v: Any) -> Any:
         if isinstance(v, str):  # "a=b, c=d": ROS parameters have no map type

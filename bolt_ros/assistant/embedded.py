@@ -85,12 +85,15 @@ class EmbeddedBackend:
                                        add_bos=tok.add_bos))
 
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
-                    cancel: threading.Event, words_only: bool = False, attempt: int = 0) -> Iterator[BackendEvent]:
+                    cancel: threading.Event, words_only: bool = False, attempt: int = 0,
+                    temperature: float | None = None) -> Iterator[BackendEvent]:
         # the engine holds the session's lock while it generates: calls on the one cache never interleave
         choice = "none" if words_only else self.tool_choice
         sampling = self.sampling
         if attempt and sampling.seed is not None:  # a redraw: the same seed would write the same reply again
             sampling = sampling.model_copy(update={"seed": sampling.seed + REDRAW_SEED_STEP * attempt})
+        if temperature is not None and not sampling.greedy:  # a greedy backend stays greedy
+            sampling = sampling.model_copy(update={"temperature": temperature})
         for ev in self.session.stream(self._as_written(messages), tools=tools or None, enable_thinking=enable_thinking,
                                       sampling=sampling, cancel=cancel, tool_choice=choice,
                                       call_threshold=self.call_threshold):

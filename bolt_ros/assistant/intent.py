@@ -176,6 +176,11 @@ class IntentClassifier:
             if p_act * confirm[YES] <= by_name[TALK] * confirm[NO]:
                 label, vetoed = TALK, label
         label = _by_form(label, utterance, by_name, mention)
+        shown = _look_like(utterance, self.cfg.looks) if label in (TALK, SEE) and not mention else None
+        if shown in by_name:  # "Can you look sleepy for me?": asked to show it
+            label = shown
+        elif label == TALK and not mention and not is_question(utterance):
+            label = _named_order(utterance, by_name) or label
         args: dict = {}
         if label == FURTHER:
             target, args = further(utterance, last_move)
@@ -246,6 +251,36 @@ def _by_form(label: str, utterance: str, by_name: dict[str, float], mention: boo
         if _CENTER.search(utterance) and not _DIRECTION.search(utterance) and "look_center" in by_name:
             return "look_center"  # "Look at me." (see 0.41)
     return label
+
+
+_LOOK_LIKE = re.compile(r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|bolt)\W+)*(?:(?:can|could|would|will) you\s+)?"
+                        r"(?:please\s+)?look\s+(?:a\s+)?(?:(?:little|bit|bit|so|really|very|extra|super)\s+)*([a-z]+)",
+                        re.IGNORECASE)
+
+
+_SHOW_ME = re.compile(r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|bolt)\W+)*(?:(?:can|could|would|will) you\s+)?"
+                      r"(?:please\s+)?show me\b", re.IGNORECASE)
+
+
+def _look_like(utterance: str, looks: dict[str, str]) -> str | None:
+    """The animation an order or question to look some way asks for ("Look happy if ...", "Could you look a bit
+    tired?", "Show me your sleepy face"); None for anything else ("You look happy.", "Do I look tired?")."""
+    m = _LOOK_LIKE.match(utterance)
+    if m:
+        return looks.get(m[1].lower())
+    if _SHOW_ME.match(utterance):  # "Show me how a sleepy robot looks": the first word that names a look
+        return next((looks[w] for w in re.findall(r"[a-z]+", utterance.lower()) if w in looks), None)
+    return None
+
+
+def _named_order(utterance: str, by_name: dict[str, float]) -> str | None:
+    """The move an order names by its own words, verb first ("Shake your head if I'm wrong: the sun is cold." ->
+    shake_head, "Wake up, I want to ask you something." -> wake_up): the classifier took both for talk (0.63, 0.73),
+    the rest of the sentence outweighing its opening order."""
+    words = re.findall(r"[a-z]+", without_openers(utterance).lower())
+    named = [m for m in by_name if m not in (TALK, REPEAT, REVERSE, FURTHER, POINT_BACK, SEE) and words
+             and words[0] == m.split("_")[0] and all(part in words for part in m.split("_"))]
+    return named[0] if len(named) == 1 else None
 
 
 def _is_further(name: str) -> bool:

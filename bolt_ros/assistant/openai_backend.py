@@ -53,7 +53,8 @@ class OpenAIBackend:
         return body
 
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
-                    cancel: threading.Event, words_only: bool = False, attempt: int = 0) -> Iterator[BackendEvent]:
+                    cancel: threading.Event, words_only: bool = False, attempt: int = 0,
+                    temperature: float | None = None) -> Iterator[BackendEvent]:
         t0 = time.perf_counter()
         conn = self._connect()
         done = threading.Event()
@@ -62,6 +63,8 @@ class OpenAIBackend:
             body = self.request_body(messages, tools, enable_thinking, words_only)
             if attempt and "seed" in body:  # a redraw: the server's fixed seed would write the same reply again
                 body["seed"] += 7919 * attempt
+            if temperature is not None:
+                body["temperature"] = temperature
             resp = self._post(conn, body)
             yield from self._events(resp, cancel, t0)
         except (OSError, http.client.HTTPException) as e:

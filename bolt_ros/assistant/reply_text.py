@@ -25,7 +25,9 @@ CALL_AS_TEXT = re.compile(r'^\s*\{|<tool_call>|<\|tool_call>|```|\{\s*"')
 # "Based on the conversation, my favourite colour is green.": the 0.5B model frames answers by the prompt's memory
 # note (14 of 252 turns in bench_conversation, 2026-12-03); the framing is said by nobody, the rest is the answer
 FRAMING = re.compile(r"^\s*(?:based on|according to|from|given) (?:the|this|our|your) (?:conversation|information"
-                     r"|context|memory|messages?|earlier turns)(?: so far| above| provided)?\s*,\s*", re.IGNORECASE)
+                     r"|context|memory|messages?|earlier turns)(?: so far| above| provided)?"
+                     # "Based on the information provided in the conversation, I am 46." (scripted set, 2026-12-05)
+                     r"(?: in (?:the|this|our) conversation)?\s*,\s*", re.IGNORECASE)
 
 
 def unframe(sentence: str) -> str:

@@ -46,7 +46,8 @@ class ScriptedBackend:
         return cls(rules, token_delay_s=cfg.token_delay_s)
 
     def stream_chat(self, messages: list[dict], tools: list[dict], *, enable_thinking: bool,
-                    cancel: threading.Event, words_only: bool = False, attempt: int = 0) -> Iterator[BackendEvent]:
+                    cancel: threading.Event, words_only: bool = False, attempt: int = 0,
+                    temperature: float | None = None) -> Iterator[BackendEvent]:
         self.requests.append({"messages": [dict(m) for m in messages], "tools": tools,
                               "enable_thinking": enable_thinking, "words_only": words_only, "t": time.perf_counter()})
         n = 0

@@ -92,6 +92,7 @@ class ToolLoop:
         self._turn, self._acked = (conv, res, cancel), None
         self._utterance, self._asked = norm(utterance or ""), utterance or ""
         self._said_before = said_before(conv.recent_replies(PARROT_TURNS))
+        self._replied_before = {norm(r) for r in conv.recent_replies(PARROT_TURNS)}  # whole replies
         try:
             if self.intent is not None and utterance is not None:
                 self._decided_turn(conv, utterance, res, tools, enable_thinking, cancel, t0)
@@ -129,8 +130,12 @@ class ToolLoop:
             self._run_tools([call], res, cancel, allowed=True)
             if res.cancelled or self._say_instead(conv, res.tool_results, res):
                 return
+        # a question's answer is drawn cooler (IntentConfig.question_temperature): at 0.7 the 0.5B model said "14
+        # days in a week" and "we live on Mars"; a redraw goes back to the backend's own warmth
+        cool = getattr(self.intent.cfg, "question_temperature", None) if is_question(utterance) else None
         for attempt in range(1 + (RESAMPLES if getattr(self.backend, "samples", True) else 0)):
-            self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True, attempt=attempt)
+            self._model_call(conv, res, tools, enable_thinking, cancel, t0, words_only=True, attempt=attempt,
+                             temperature=None if attempt else cool)
             if res.stopped not in (PARROTED, REFUSED) or res.spoken or res.cancelled:
                 break
             res.stopped = ""  # it opened by parroting or refusing: a new sample (the sampler has moved on)
@@ -175,7 +180,8 @@ class ToolLoop:
         return res
 
     def _model_call(self, conv, res, tools, enable_thinking, cancel, t0, *,
-                    words_only: bool = False, attempt: int = 0) -> list[ToolCallRequest]:
+                    words_only: bool = False, attempt: int = 0,
+                    temperature: float | None = None) -> list[ToolCallRequest]:
         self._set_state(THINKING)
         splitter, text, calls = SentenceSplitter(first_clause=getattr(self, "first_clause", 0)), [], []
         n_spoken, self._reworded, self._held = len(res.spoken), False, None
@@ -193,7 +199,8 @@ class ToolLoop:
                                        and not m["content"].startswith(FACTS_HEADER)))
         # a redraw says so (attempt): with a fixed seed the same prompt drew the same refusal three times over
         stream = self.backend.stream_chat(messages, tools, enable_thinking=enable_thinking, cancel=cancel,
-                                          words_only=words_only, **({"attempt": attempt} if attempt else {}))
+                                          words_only=words_only, **({"attempt": attempt} if attempt else {}),
+                                          **({"temperature": temperature} if temperature is not None else {}))
         try:
             for ev in stream:
                 if cancel.is_set():
@@ -253,7 +260,7 @@ class ToolLoop:
                 return False
             short = norm(sentence)
             if self._held is None and not res.spoken and len(short.split()) < PARROT_WORDS and any(
-                    x.startswith(short + " ") for x in self._said_before):
+                    x.startswith(short + " ") or x == short for x in self._said_before):
                 self._held = sentence  # it opens a recent reply: what follows decides
                 return True
             if self._held is not None:
@@ -265,8 +272,13 @@ class ToolLoop:
     def _release_held(self, res: TurnResult) -> None:
         """The reply ended after its short opening: that opening is said now (unless the turn was cut off)."""
         held, self._held = self._held, None
-        if held is not None and not (res.stopped or res.cancelled):
-            self._say(held, res)
+        if held is None or res.stopped or res.cancelled:
+            return
+        if not res.spoken and norm(held) in self._replied_before:
+            # the whole reply is a recent one again ("Sure thing!", "Goodbye!" to a statement): drawn anew
+            res.stopped = PARROTED
+            return
+        self._say(held, res)
 
     def _say(self, sentence: str, res: TurnResult) -> bool:
         if res.stopped:
@@ -347,8 +359,10 @@ class ToolLoop:
         recent reply already said: a small model copies its memory note's quoted replies ("Goodbye! How about
         you?" to three turns)."""
         s, joined = norm(sentence), norm(" ".join(opening))
-        if len(res.spoken) < 2 and len(self._utterance.split()) >= 3 and (
-                joined.startswith(self._utterance) or SequenceMatcher(None, s, self._utterance).ratio() >= 0.8):
+        # the opening too: a first clause goes out early ("The bird flew away," then "that's a shame." for "It flew
+        # away, that's a shame."), so the sentence alone is never the whole echo
+        if len(res.spoken) < 2 and len(self._utterance.split()) >= 3 and (joined.startswith(self._utterance) or any(
+                SequenceMatcher(None, x, self._utterance).ratio() >= 0.8 for x in (s, joined))):
             return True
         return any(len(x.split()) >= PARROT_WORDS and x in self._said_before for x in (s, joined))
 
