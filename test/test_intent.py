@@ -305,3 +305,11 @@ def test_asked_to_look_some_way_or_an_order_that_names_a_move_plays_it(classifie
         assert d.call is not None and d.call.name == move, (u, d.label, d.probs)
     for u in ["My brother looked so tired after work.", "You look happy today."]:
         assert classifier.decide(u, tools).call is None, u
+
+
+def test_a_question_of_who_or_what_is_there_is_a_view_question(classifier, tools):
+    """Answered from the newest caption (scene.py), not guessed by the words model ("Yes, there are people nearby.").
+    Negative control: a question about the person's own needs is not about the view."""
+    for u in ["Is anybody at the door?", "Hey, is there something on the shelf?"]:
+        assert classifier.decide(u, tools).label == SEE, u
+    assert classifier.decide("Is there anything else I can do for you?", tools).label != SEE

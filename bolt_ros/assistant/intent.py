@@ -230,6 +230,12 @@ _DIRECTION = re.compile(r"\b(left|right|up|down|higher|lower)\b", re.IGNORECASE)
 # an order to look: "Look ...", "Have a look ...", "Okay, take a quick look ..."
 _LOOK_ORDER = re.compile(r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|bolt)\W+)*(?:(?:have|take) a (?:quick |good )?)?"
                          r"look\b", re.IGNORECASE)
+# a question of who or what is there ("Is anybody at the door?", "Is there something on the shelf?", "Who else is
+# here?"): the classifier left some of these to the words model, which guessed ("Yes, there are people nearby.")
+_PRESENCE = re.compile(r"^\W*(?:(?:ok(?:ay)?|so|and|hey|hmm|wait|bolt)\W+)*(?:(?:is|are) (?:there )?"
+                       r"(?:anyone|anybody|someone|somebody|anything|something|people)\b|who(?:'s| is| else)? "
+                       r"(?:else )?(?:is )?(?:there|here|around)\b)", re.IGNORECASE)
+_ABOUT_US = re.compile(r"\b(?:i|me|my|we|us|our|you can do|i can)\b", re.IGNORECASE)
 _LOOK_AROUND = re.compile(r"\blook(?:ing)?\s+(?:all\s+)?around\b", re.IGNORECASE)
 
 
@@ -245,6 +251,8 @@ def _by_form(label: str, utterance: str, by_name: dict[str, float], mention: boo
     if label in (REPEAT, REVERSE, POINT_BACK, FURTHER) or head:  # not an animation: "dance in front of me"
         if _CENTER.search(utterance) and not _DIRECTION.search(utterance) and "look_center" in by_name:
             return "look_center"
+    if label == TALK and _PRESENCE.match(utterance) and not _ABOUT_US.search(utterance):
+        return SEE  # "Is anybody at the door?": who or what is there, from the newest caption
     if label in (SEE, TALK) and _LOOK_ORDER.match(utterance) and not is_question(utterance) and not mention:
         if _LOOK_AROUND.search(utterance) and "look_around" in by_name:
             return "look_around"
