@@ -225,14 +225,16 @@ class IntentClassifier:
 POINTED_P = 0.3  # an earlier utterance's move counts as what "show me" points at from this probability on
 
 
+# what may open an order or a question before its first word ("Okay, ...", "Hey Bolt, ...")
+_LEAD = r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|hmm|wait|bolt)\W+)*"
 _CENTER = re.compile(r"\b(straight ahead|ahead|center|centre|front|forward|at me|to me)\b", re.IGNORECASE)
 _DIRECTION = re.compile(r"\b(left|right|up|down|higher|lower)\b", re.IGNORECASE)
 # an order to look: "Look ...", "Have a look ...", "Okay, take a quick look ..."
-_LOOK_ORDER = re.compile(r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|bolt)\W+)*(?:(?:have|take) a (?:quick |good )?)?"
+_LOOK_ORDER = re.compile(_LEAD + r"(?:(?:have|take) a (?:quick |good )?)?"
                          r"look\b", re.IGNORECASE)
 # a question of who or what is there ("Is anybody at the door?", "Is there something on the shelf?", "Who else is
 # here?"): the classifier left some of these to the words model, which guessed ("Yes, there are people nearby.")
-_PRESENCE = re.compile(r"^\W*(?:(?:ok(?:ay)?|so|and|hey|hmm|wait|bolt)\W+)*(?:(?:is|are) (?:there )?"
+_PRESENCE = re.compile(_LEAD + r"(?:(?:is|are) (?:there )?"
                        r"(?:anyone|anybody|someone|somebody|anything|something|people)\b|who(?:'s| is| else)? "
                        r"(?:else )?(?:is )?(?:there|here|around)\b)", re.IGNORECASE)
 _ABOUT_US = re.compile(r"\b(?:i|me|my|we|us|our|you can do|i can)\b", re.IGNORECASE)
@@ -261,12 +263,12 @@ def _by_form(label: str, utterance: str, by_name: dict[str, float], mention: boo
     return label
 
 
-_LOOK_LIKE = re.compile(r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|bolt)\W+)*(?:(?:can|could|would|will) you\s+)?"
-                        r"(?:please\s+)?look\s+(?:a\s+)?(?:(?:little|bit|bit|so|really|very|extra|super)\s+)*([a-z]+)",
+_LOOK_LIKE = re.compile(_LEAD + r"(?:(?:can|could|would|will) you\s+)?"
+                        r"(?:please\s+)?look\s+(?:a\s+)?(?:(?:little|bit|so|really|very|extra|super)\s+)*([a-z]+)",
                         re.IGNORECASE)
 
 
-_SHOW_ME = re.compile(r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|bolt)\W+)*(?:(?:can|could|would|will) you\s+)?"
+_SHOW_ME = re.compile(_LEAD + r"(?:(?:can|could|would|will) you\s+)?"
                       r"(?:please\s+)?show me\b", re.IGNORECASE)
 
 
