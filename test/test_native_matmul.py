@@ -227,3 +227,16 @@ def _int8_x(x: torch.Tensor, t: int) -> torch.Tensor:
     xb = x.reshape(m, k // bs, bs)
     d = xb.abs().amax(-1, keepdim=True) / 127
     return (torch.round(xb / torch.where(d > 0, d, 1)).clamp(-127, 127) * d).reshape(m, k)
+
+
+def test_the_library_is_the_same_build_in_every_process():
+    """The build key must not follow the process's string hash seed (PYTHONHASHSEED): a frozenset's repr did, and
+    nearly every process compiled the kernels anew. The negative control: the levels' repr itself varies."""
+    import subprocess
+    import sys
+    code = ("import hashlib; from bolt_ros.kernels.cpu import native; print(native.library_key('cc 1').hexdigest(), "
+            "hashlib.sha256(repr(native.LEVELS).encode()).hexdigest())")
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.split() for seed in range(6)]
+    assert len({o[0] for o in outs}) == 1, outs
+    assert len({o[1] for o in outs}) > 1, outs

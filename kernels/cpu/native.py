@@ -91,6 +91,15 @@ def _compile(cc: str, args: list[str], out: Path) -> str | None:
     return None
 
 
+def library_key(compiler_version: str):
+    """The build's identity: the sources, flags, levels, compiler and CPU. The levels' CPU flags go in sorted: a
+    frozenset's repr follows the process's string hash seed, and the key (so the library, ~30 s of compiling on 2
+    cores) came out new in nearly every process."""
+    texts = [f.read_text() for f in [*SOURCES, LEVELED, *HEADERS]]
+    levels = repr([(name, flags, sorted(needs)) for name, flags, needs in LEVELS])
+    return hashlib.sha256("\0".join([*texts, " ".join(CFLAGS), levels, compiler_version, _cpu_flags()]).encode())
+
+
 def _build() -> ctypes.CDLL | None:
     global _levels
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -102,8 +111,7 @@ def _build() -> ctypes.CDLL | None:
     except (OSError, subprocess.SubprocessError) as e:
         log.warning("C compiler %s does not run (%s): using the torch reference", cc, e)
         return None
-    texts = [f.read_text() for f in [*SOURCES, LEVELED, *HEADERS]]
-    key = hashlib.sha256("\0".join([*texts, " ".join(CFLAGS), repr(LEVELS), version, _cpu_flags()]).encode())
+    key = library_key(version)
     out_dir = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bolt_ros" / "native"
     out_dir.mkdir(parents=True, exist_ok=True)
     tag = key.hexdigest()[:16]
