@@ -63,8 +63,12 @@ def test_default_chat_model_answers_through_the_graph(ros):
 
     ros.add(*make_sim_robot_nodes(context=ros.context))
     # backend built from config; verbatim history: this test replays the exact prompt and checks that the second
-    # turn reuses the first's cache (memory mode reuses the system prompt and tools: test_conversation_design.py)
-    assistant = ros.add(AssistantNode(product_config(**GREEDY, history="verbatim"), context=ros.context))
+    # turn reuses the first's cache (memory mode reuses the system prompt and tools: test_conversation_design.py).
+    # The intent classifier off: on this 135M test model it took "Thank you!" for wake_up once issue 34 gave it more
+    # labels, and a move's turn writes no reply whose prefill this test checks (the classifier is measured on the
+    # chat model by bench_conversation and test_intent)
+    assistant = ros.add(AssistantNode(product_config(**GREEDY, history="verbatim", **{"intent.enabled": False}),
+                                      context=ros.context))
     probe = Probe(ros)
     probe.connected(assistant)
     probe.see("A person is in front of you, waving.")
