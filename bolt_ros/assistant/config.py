@@ -119,7 +119,7 @@ class IntentConfig(_Strict):
     def _examples_to_yaml(self, examples: list[IntentExample]) -> str:
         return yaml.safe_dump([e.model_dump() for e in examples], sort_keys=False, width=1000) if examples else ""
 
-    @field_serializer("aliases", "opposites")
+    @field_serializer("aliases", "opposites", "looks")
     def _pairs_to_text(self, pairs: dict[str, str]) -> str:
         return ", ".join(f"{a}={b}" for a, b in pairs.items())
 
