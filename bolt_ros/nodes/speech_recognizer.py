@@ -179,7 +179,8 @@ class SpeechRecognizer(Node):
                 # the last turn was not over: what the robot began on it stops, and this turn joins it
                 self.counts["continued"] += 1
                 self._continued = {i for i in self._continued if i > self._turn_id - 8} | {self._turn_id}
-                self._barge_pub.publish(String(data=CONTINUES))
+                if self.config.barge_in:   # barge-in off: nothing the robot does is stopped by speech
+                    self._barge_pub.publish(String(data=CONTINUES))
                 self.get_logger().info("the person goes on: the last turn continues")
             barge_in = self.config.barge_in and self.gate.robot_speaking(ev.t_start)
             # Over the robot's voice the words get a barge-in's ASR (no prompt, the stop-phrase check: asr.py). A
