@@ -232,7 +232,7 @@ class ToolLoop:
         if not res.cancelled and not res.stopped:  # an interrupted reply's last fragment is not spoken
             for s in splitter.flush():
                 self._speak(s, res)
-        self._release_held(res)
+        self._release_held(res, acting=bool(calls))
         if res.stopped or res.cancelled or self._reworded:
             # the history keeps what was said, not the loop that was cut off nor the fragment a barge-in
             # interrupted (a small model shown its own unfinished reply tends to repeat it in the next turn), nor a
@@ -269,12 +269,14 @@ class ToolLoop:
                     return False
         return self._say(sentence, res)
 
-    def _release_held(self, res: TurnResult) -> None:
-        """The reply ended after its short opening: that opening is said now (unless the turn was cut off)."""
+    def _release_held(self, res: TurnResult, acting: bool = False) -> None:
+        """The reply ended after its short opening: that opening is said now (unless the turn was cut off).
+        acting: the reply went on with a tool call, so the opening ("Okay.") is not a recent reply copied whole:
+        held back as one, it took the call with it (the soak's model-decides turns lost 1 move in 5)."""
         held, self._held = self._held, None
         if held is None or res.stopped or res.cancelled:
             return
-        if not res.spoken and norm(held) in self._replied_before:
+        if not res.spoken and not acting and norm(held) in self._replied_before:
             # the whole reply is a recent one again ("Sure thing!", "Goodbye!" to a statement): drawn anew
             res.stopped = PARROTED
             return
