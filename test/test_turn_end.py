@@ -59,6 +59,14 @@ def segment(audio: np.ndarray, cfg: VadConfig, verdict: bool | None, wait: bool 
     return events
 
 
+def speak_in_real_time(rec, audio: np.ndarray) -> None:
+    """The audio into the recognizer in 32 ms blocks at the pace a mic driver sends them."""
+    t0 = time.time()
+    for i in range(0, len(audio), 512):
+        rec.push((audio[i:i + 512] * 32767).astype(np.int16), MODEL_RATE, 1, t0 + i / MODEL_RATE)
+        time.sleep(max(0.0, t0 + (i + 512) / MODEL_RATE - time.time()))
+
+
 def test_unfinished_words_keep_the_turn_open_through_a_mid_sentence_pause(rendered):
     audio, t_resume = with_pause(rendered, 0.7)
     ends = [e for e in segment(audio, VadConfig(), verdict=False) if isinstance(e, EndOfTurn)]
@@ -90,10 +98,7 @@ def test_the_recognizer_waits_for_unfinished_words_and_publishes_them_as_specula
     probe.create_subscription(String, "speech/speculative", lambda m: spec.append(m.data), 10)
     cfg = RecognizerConfig(vad=VadConfig(unfinished_end_ms=8000))
     rec = ros.add(SpeechRecognizer(cfg, transcriber=Transcriber(AsrConfig()), context=ros.context))
-    t0 = time.time()
-    for i in range(0, len(audio), 512):   # in real time, as a mic driver sends it
-        rec.push((audio[i:i + 512] * 32767).astype(np.int16), MODEL_RATE, 1, t0 + i / MODEL_RATE)
-        time.sleep(max(0.0, t0 + (i + 512) / MODEL_RATE - time.time()))
+    speak_in_real_time(rec, audio)
     wait_for(lambda: heard and not rec.busy(), timeout=20, what="the transcript")
     assert len(heard) == 1 and "left" in heard[0].lower(), heard   # one turn: not cut at "to the"
     # the words at the pause, published while the turn was open, include the unfinished ones ("... to the")
@@ -140,10 +145,7 @@ def test_a_person_who_goes_on_after_the_turn_ended_gets_one_turn(ros, continue_m
     probe.create_subscription(String, "speech/barge_in", lambda m: stops.append(m.data), 10)
     cfg = RecognizerConfig(vad=VadConfig(continue_ms=continue_ms))
     rec = ros.add(SpeechRecognizer(cfg, transcriber=Transcriber(AsrConfig()), context=ros.context))
-    t0 = time.time()
-    for i in range(0, len(audio), 512):   # in real time, as a mic driver sends it
-        rec.push((audio[i:i + 512] * 32767).astype(np.int16), MODEL_RATE, 1, t0 + i / MODEL_RATE)
-        time.sleep(max(0.0, t0 + (i + 512) / MODEL_RATE - time.time()))
+    speak_in_real_time(rec, audio)
     wait_for(lambda: heard and not rec.busy(), timeout=20, what="the transcript")
     time.sleep(0.2)
     last = heard[-1].lower()
