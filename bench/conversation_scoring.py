@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
 # a motion word in any inflection ("looking forward to" is not a motion)
-MOTION = (r"(danc(e|es|ed|ing)|nod(s|ded|ding)?|look(s|ed|ing)?(?!\s+forward)|turn(s|ed|ing)?|shak(e|es|ing)|shook"
+# an age is not a motion ("I'm turning thirty", "turned 40")
+_AGE = (r"(?!\s+(\d|the big|a year|(twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|one|two|three|four|five|six"
+        r"|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen"
+        r"|a hundred)\b))")
+MOTION = (r"(danc(e|es|ed|ing)|nod(s|ded|ding)?|look(s|ed|ing)?(?!\s+forward)|turn(s|ed|ing)?" + _AGE
+          + r"|shak(e|es|ing)|shook"
           r"|wav(e|es|ed|ing)|spin(s|ning)?|spun|mov(e|es|ed|ing)|tilt(s|ed|ing)?|wiggl(e|es|ed|ing)"
           r"|glanc(e|es|ed|ing))\b")
 _CLAIMS = [
@@ -65,6 +70,10 @@ def is_echo(reply: str, utterance: str) -> bool:
     if not r or len(u.split()) < 3:
         return False
     if r == u or (len(u.split()) >= 2 and r.startswith(u)):
+        return True
+    # a later sentence that opens with the person's words: their statement taken as the robot's own ("Oh, that's
+    # exciting! I'm turning thirty, which is a big step.")
+    if any(norm(s).startswith(u) for s in re.split(r"(?<=[.!?])\s+", reply)[1:]):
         return True
     return SequenceMatcher(None, r, u).ratio() >= 0.8
 

@@ -142,6 +142,12 @@ def test_scoring_flags_what_a_person_notices():
     assert is_claim("Sure, I can dance for you!") and is_claim("I'm looking to your left!") and is_claim("I nodded.")
     assert is_claim("Looking right.") and not is_claim("Looking forward to it!")
     assert not is_claim("I am looking forward to it.") and not is_claim("I like dancing.")
+    # an age is not a motion (the scripted set's "I'm turning thirty."); a turn of the head still is
+    assert not is_claim("I'm turning thirty next week!") and not is_claim("I turned 40 in May.")
+    assert is_claim("I'm turning left now.") and is_claim("I'm turning to the window.")
+    # the person's statement taken as the robot's own in a later sentence is an echo
+    assert is_echo("Oh, that's exciting! I'm turning thirty, which is a big step.", "I'm turning thirty.")
+    assert not is_echo("Oh, that's exciting! Happy early birthday!", "I'm turning thirty.")
     assert is_meta("The tool is successfully executed, and the robot performed the dance.")
     assert is_meta("According to the conversation, there are 7 days in a week.")
     assert not is_meta("Paris is the capital of France.")

@@ -87,6 +87,9 @@ class IntentConfig(_Strict):
     looks: dict[str, str] = Field(default_factory=dict)
     # the words model's temperature for an answer to a question (None: the backend's own); its redraws keep theirs
     question_temperature: float | None = Field(None, ge=0.0)
+    # the robot's answer to a question about a move it can do ("Do you know how to dance?"), when the classifier
+    # leaves the turn to words: lines between " | " ("" = the words model answers); a yes then plays the move
+    offer: str = ""
     # a second classifier, asked only when the first chose a move: does the person ask the robot for something?
     # ("" = off). Its yes/no is pooled with the first's probabilities (intent.py)
     confirm_instructions: str = ""

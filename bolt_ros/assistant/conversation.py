@@ -126,6 +126,8 @@ class Conversation:
         # the robot's fallback lines said in this conversation (ToolLoop's at-a-loss): the memory does not quote
         # them, since shown them the model copies them and the copy is held back again, turn after turn
         self.unquoted: set[str] = set()
+        # the move the robot offered to show in its last reply ("Want me to show you?"): a yes plays it
+        self.offered: str | None = None
 
     def user_message(self, utterance: str, scene: str = "") -> dict:
         content = f"[{scene}]\n{utterance}" if scene else utterance

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from bolt_ros.assistant.backend import ToolCallRequest
 from bolt_ros.assistant.config import IntentConfig
+from bolt_ros.assistant.idioms import ability_move, idiom_move
 from bolt_ros.assistant.mention import is_mention, is_question, without_openers
 from bolt_ros.engine.decode.choice import check_prefix_free, option_probabilities
 
@@ -54,6 +55,8 @@ class Decision:
     probs: dict[str, float] = field(default_factory=dict)
     p_request: float | None = None   # the second classifier's p(yes) when it was asked (the first chose a move)
     vetoed: str | None = None        # the first classifier's move that the pooled evidence turned into talk
+    idiom: bool = False              # the move came from an idiom the words hold (idioms.py), not the classifiers
+    offer: str | None = None         # talk: an ability question's move ("Do you know how to dance?"), offered
 
 
 class FewShot:
@@ -163,9 +166,14 @@ class IntentClassifier:
         if label == TALK and p_act > by_name[TALK]:
             label = max(acts, key=acts.get)
         p_request = vetoed = None
-        if label not in (TALK, SEE) and mention:  # "She shook her head at me.": told, not asked (mention.py)
+        # an idiom or indirect request ("Rise and shine!", "Time to hit the hay.", "cut a rug"): its words name
+        # another move or none, so the classifiers miss it; a fixed phrase is read by a rule (idioms.py)
+        idiom = None if mention else idiom_move(utterance, by_name)
+        if idiom is not None:
+            label = idiom
+        elif label not in (TALK, SEE) and mention:  # "She shook her head at me.": told, not asked (mention.py)
             label, vetoed = TALK, label
-        if label not in (TALK, SEE) and self._confirm is not None:
+        if label not in (TALK, SEE) and self._confirm is not None and idiom is None:
             # without its opening "No, ..." / "Yes, ...": the yes/no classifier read the person's "No" as its answer
             # ("No turn left.": yes 0.23 with it)
             confirm = self._confirm.probs(without_openers(utterance), cancel)
@@ -191,7 +199,9 @@ class IntentClassifier:
         call = None
         if target is not None and ((target in by_name and target not in (TALK, SEE)) or _is_further(target)):
             call = ToolCallRequest(f"intent_{next(self._ids)}", target, args)
-        return Decision(label, by_name[label], call, by_name, p_request, vetoed)
+        # "Do you know how to dance?" left to words: an offer to show it, not the words model's "Yes, I can dance."
+        offer = ability_move(utterance, by_name) if call is None and label == TALK and not mention else None
+        return Decision(label, by_name[label], call, by_name, p_request, vetoed, idiom is not None, offer)
 
     def point_back(self, decision: Decision, earlier: list[str], tools: list[dict],
                    cancel: threading.Event | None = None) -> Decision:

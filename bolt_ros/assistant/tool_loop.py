@@ -16,13 +16,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
 from typing import Literal
 
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
 from bolt_ros.assistant.facts import FACTS_HEADER
+from bolt_ros.assistant.idioms import is_yes
 from bolt_ros.assistant.intent import POINT_BACK, SEE
 from bolt_ros.assistant.mention import is_question
 from bolt_ros.assistant.reply_text import CALL_AS_TEXT, REFUSAL, ngrams, norm, said_before, unaddress, unframe
@@ -108,7 +109,12 @@ class ToolLoop:
         model must read) or the model answers in words, with no tools shown (so no call, and no talk of them)."""
         self._set_state(THINKING)
         res.t_request = time.perf_counter()
+        offered, conv.offered = conv.offered, None
         decision = self.intent.decide(utterance, tools, conv.last_move(), cancel=cancel)
+        if decision is not None and decision.call is None and offered and is_yes(utterance):
+            # "Want me to show you?" - "Yes, please!": the offered move
+            call = ToolCallRequest(f"offer_{offered}", offered, {})
+            decision = replace(decision, label=offered, call=call, offer=None)
         if decision is not None and decision.label == POINT_BACK:  # "show me!": what the last turns were about
             decision = self.intent.point_back(decision, [r.said for r in reversed(conv.records[-2:])], tools, cancel)
         if decision is None or cancel.is_set():
@@ -122,6 +128,10 @@ class ToolLoop:
         caption = newest_caption(res.messages[0].get("content") or "") if decision.label == SEE else ""
         if caption:  # "who is there?": what the camera saw last, in the caption's words (scene.py)
             return self._say_line(fresh_line(conv, see_options(caption)), res)
+        offers = [x.strip() for x in getattr(self.intent.cfg, "offer", "").split("|") if x.strip()]
+        if decision.offer and offers:  # "Do you know how to dance?": "Yes! Want me to show you?" (idioms.py)
+            conv.offered = decision.offer
+            return self._say_line(fresh_line(conv, offers), res)
         if decision.call is not None:
             call = decision.call
             res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
@@ -363,7 +373,10 @@ class ToolLoop:
         s, joined = norm(sentence), norm(" ".join(opening))
         # the opening too: a first clause goes out early ("The bird flew away," then "that's a shame." for "It flew
         # away, that's a shame."), so the sentence alone is never the whole echo
-        if len(res.spoken) < 2 and len(self._utterance.split()) >= 3 and (joined.startswith(self._utterance) or any(
+        # a later sentence that opens with the person's words takes them as the robot's own ("Oh, that's exciting!
+        # I'm turning thirty, which is a big step forward in my life.")
+        if len(res.spoken) < 2 and len(self._utterance.split()) >= 3 and (any(
+                x.startswith(self._utterance) for x in (s, joined)) or any(
                 SequenceMatcher(None, x, self._utterance).ratio() >= 0.8 for x in (s, joined))):
             return True
         return any(len(x.split()) >= PARROT_WORDS and x in self._said_before for x in (s, joined))
