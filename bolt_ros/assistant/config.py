@@ -27,6 +27,9 @@ class BackendConfig(_Strict):
     kind: Literal["embedded", "openai", "scripted"] = "embedded"
     model_path: str = "default-chat"     # embedded: a GGUF path or a name from bolt_ros.engine.default_models
     draft_path: str = "auto"             # embedded: DFlash drafter GGUF; auto = the one shipped for the model
+    # embedded: the replies in words from another GGUF of the same tokenizer (a name or path; same = model_path):
+    # "qwen2.5-coder-1.5b" for better words on larger machines, the small model still deciding moves (intent)
+    words_model_path: str = "same"
     n_ctx: int = Field(4096, ge=256, le=131072)  # embedded: context length (KV cache); prompts are fitted to it
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")  # embedded: auto = CUDA when present
     compile: bool = False                # embedded, CPU: decode/verify steps through torch.compile (start-up +1-2 min)

@@ -27,14 +27,20 @@ from bolt_ros.engine.text.chat_format import ChatFormatError, TextEvent, Thought
 
 
 class EmbeddedBackend:
-    def __init__(self, engine, sampling: SamplingParams, tool_choice: str = "auto", call_threshold: float = 0.0):
-        self.engine = engine
+    def __init__(self, engine, sampling: SamplingParams, tool_choice: str = "auto", call_threshold: float = 0.0,
+                 words_engine=None):
+        self.engine = engine  # the intent classifier's too (intent.model_path: same)
         self.sampling = sampling
         self.tool_choice = tool_choice
         self.call_threshold = call_threshold
         self.session = ChatSession(engine, system=None)
+        # a model of its own for the replies in words (backend.words_model_path): a larger sibling's words, the
+        # small model still deciding the moves; it must share the tokenizer (the words grammar is built on it)
+        self.words_session = ChatSession(words_engine, system=None) if words_engine is not None else None
         if tool_choice != "none":
             self.session.prepare_tools()  # the grammar's vocabulary view now, not in the first reply (~1.3 s, Qwen)
+            if self.words_session is not None:
+                self.words_session.prepare_tools()
         self._ids = itertools.count(1)
         self._bare: dict[str, str] = {}  # call id -> the bare JSON object the model wrote for it (see _as_written)
 
@@ -56,16 +62,31 @@ class EmbeddedBackend:
         except (OSError, ValueError) as e:  # GGUFError is a ValueError; a missing file an OSError
             raise BackendError(f"embedded backend: cannot load model {cfg.model_path!r}"
                                + (f" with drafter {cfg.draft_path!r}" if cfg.draft_path else "") + f": {e}") from e
+        words = None
+        if cfg.words_model_path not in ("", "same"):
+            try:
+                words = Engine.load(resolve_model(cfg.words_model_path), n_ctx=cfg.n_ctx, device=device,
+                                    compile_steps=cfg.compile and torch.device(device).type == "cpu")
+                words.warm_up(words.tok.encode("Hello, robot.", add_bos=words.tok.add_bos))
+            except (OSError, ValueError) as e:
+                raise BackendError(f"embedded backend: cannot load the words model {cfg.words_model_path!r}: "
+                                   f"{e}") from e
+            probe = "Hello, robot."
+            if words.tok.encode(probe, add_bos=False) != engine.tok.encode(probe, add_bos=False):
+                raise BackendError(f"embedded backend: the words model {cfg.words_model_path!r} has another "
+                                   f"tokenizer than {cfg.model_path!r}")
         sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, min_p=cfg.min_p,
                                   repetition_penalty=cfg.repetition_penalty, max_tokens=cfg.max_tokens,
                                   seed=None if cfg.seed < 0 else cfg.seed)
-        return cls(engine, sampling, cfg.tool_choice, cfg.call_threshold)
+        return cls(engine, sampling, cfg.tool_choice, cfg.call_threshold, words_engine=words)
 
     @property
     def label(self) -> str:
         """What the log names: the model file and its DFlash drafter, if any."""
         draft = self.engine.draft
-        return f"embedded {self.engine.gguf.path.name}" + (f" + DFlash drafter {draft.path.name}" if draft else "")
+        words = f", words by {self.words_session.engine.gguf.path.name}" if self.words_session is not None else ""
+        return (f"embedded {self.engine.gguf.path.name}" + (f" + DFlash drafter {draft.path.name}" if draft else "")
+                + words)
 
     @property
     def samples(self) -> bool:
@@ -76,7 +97,8 @@ class EmbeddedBackend:
     @property
     def context_budget(self) -> int:
         """Tokens a prompt may take: the context less room for the longest reply."""
-        return self.engine.n_ctx - self.sampling.max_tokens - 1
+        n_ctx = min(self.engine.n_ctx, self.words_session.engine.n_ctx if self.words_session else self.engine.n_ctx)
+        return n_ctx - self.sampling.max_tokens - 1
 
     def prompt_tokens(self, messages: list[dict], tools: list[dict]) -> int:
         """The prompt's exact length, rendered and tokenized as stream_chat will."""
@@ -94,7 +116,8 @@ class EmbeddedBackend:
             sampling = sampling.model_copy(update={"seed": sampling.seed + REDRAW_SEED_STEP * attempt})
         if temperature is not None and not sampling.greedy:  # a greedy backend stays greedy
             sampling = sampling.model_copy(update={"temperature": temperature})
-        for ev in self.session.stream(self._as_written(messages), tools=tools or None, enable_thinking=enable_thinking,
+        session = self.words_session if words_only and self.words_session is not None else self.session
+        for ev in session.stream(self._as_written(messages), tools=tools or None, enable_thinking=enable_thinking,
                                       sampling=sampling, cancel=cancel, tool_choice=choice,
                                       call_threshold=self.call_threshold):
             yield self._convert(ev)
@@ -104,8 +127,10 @@ class EmbeddedBackend:
         """Prefill the next turn's prompt up to the person's words (system prompt, tools, the conversation's
         memory) while nobody is talking: the turn then runs only the new user message. Returns the tokens run."""
         offered = tools if self.tool_choice != "none" else None
-        return self.session.prime(self._as_written(messages), tools=offered or None,
-                                  enable_thinking=enable_thinking, cancel=cancel)
+        # no tools: the intent classifier decides, so the next model call is words only (the words model's)
+        session = self.words_session if self.words_session is not None and not tools else self.session
+        return session.prime(self._as_written(messages), tools=offered or None,
+                             enable_thinking=enable_thinking, cancel=cancel)
 
     def _as_written(self, messages: list[dict]) -> list[dict]:
         """The messages with every assistant turn whose calls the model wrote as bare JSON objects put back as it
