@@ -9,7 +9,7 @@ import pytest
 
 from bolt_ros.assistant.config import from_ros_parameters, load_params_file
 from bolt_ros.assistant.conversation import Conversation, TurnRecord
-from bolt_ros.assistant.idioms import IDIOMS, ability_move, idiom_move, is_yes
+from bolt_ros.assistant.idioms import IDIOMS, ability_move, idiom_move, is_yes, knows_how
 from bolt_ros.assistant.intent import TALK, IntentClassifier
 from bolt_ros.assistant.mention import is_mention
 from bolt_ros.assistant.scripted import ScriptedBackend
@@ -70,6 +70,7 @@ def test_ability_questions_and_yes():
     assert ability_move("Can you cut a rug?", MOVES) == "dance"
     assert ability_move("Can you tell me a joke?", MOVES) is None
     assert ability_move("My sister knows how to dance.", MOVES) is None
+    assert knows_how("Do you know how to shake your head?") and not knows_how("Can you cut a rug?")
     assert is_yes("Yes please!") and is_yes("Sure, go ahead.") and is_yes("Okay, show me!")
     assert not is_yes("No thanks.") and not is_yes("Yes, but not now.") and not is_yes("Tell me a joke.")
 

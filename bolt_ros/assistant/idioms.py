@@ -110,6 +110,18 @@ _ANIMATION_WORDS = {"dance": ("danc", "boogie"), "nod": ("nod",), "shake_head": 
                     "happy": ("happy",), "sad": ("sad",), "curious": ("curious",), "surprised": ("surprised",)}
 
 
+# the part of those that asks what the robot knows, not for a move ("Can you cut a rug?" asks for one): an idiom in
+# it is left to the classifier and the offer ("Do you know how to shake your head?" -> "Yes! Want me to show you?")
+_KNOWS_HOW = re.compile(r"^\W*(?:(?:ok(?:ay)?|so|and|hey|bolt|wait|hmm|oh|tell me)\W+)*"
+                        r"(?:(?:do|did) you (?:even |really |actually )?(?:know|learn|learned) how to"
+                        r"|are you (?:able to|any good at|good at)|have you (?:ever )?(?:learned|learnt)|how well)\b",
+                        re.IGNORECASE)
+
+
+def knows_how(utterance: str) -> bool:
+    return bool(_KNOWS_HOW.match(utterance))
+
+
 def ability_move(utterance: str, moves) -> str | None:
     """The animation a question about the robot's ability names ("Do you know how to dance?" -> dance), or None."""
     m = _ABILITY.match(utterance)

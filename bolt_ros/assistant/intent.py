@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from bolt_ros.assistant.backend import ToolCallRequest
 from bolt_ros.assistant.config import IntentConfig
-from bolt_ros.assistant.idioms import ability_move, idiom_move
+from bolt_ros.assistant.idioms import ability_move, idiom_move, knows_how
 from bolt_ros.assistant.mention import is_mention, is_question, without_openers
 from bolt_ros.engine.decode.choice import check_prefix_free, option_probabilities
 
@@ -168,7 +168,7 @@ class IntentClassifier:
         p_request = vetoed = None
         # an idiom or indirect request ("Rise and shine!", "Time to hit the hay.", "cut a rug"): its words name
         # another move or none, so the classifiers miss it; a fixed phrase is read by a rule (idioms.py)
-        idiom = None if mention else idiom_move(utterance, by_name)
+        idiom = None if mention or knows_how(utterance) else idiom_move(utterance, by_name)
         if idiom is not None:
             label = idiom
         elif label not in (TALK, SEE) and mention:  # "She shook her head at me.": told, not asked (mention.py)
