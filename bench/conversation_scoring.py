@@ -38,7 +38,9 @@ CLAIM = re.compile("|".join(f"(?:{p})" for p in _CLAIMS), re.IGNORECASE)
 META = re.compile(r"\b(tools?|functions?|json|api|arguments?|parameters?|executed|successfully called)\b"
                   r"|\bthe robot\b|\bthe (animation|tool) (is|was|has)\b"
                   # the prompt's own scaffolding read out: "Based on the conversation, ...", a copied memory note
-                  r"|\b(based on|according to|in) (the|this|our) conversation\b|\bthey said\b|\boldest first\b",
+                  r"|\b(based on|according to|in) (the|this|our) conversation\b|\bthey said\b|\boldest first\b"
+                  # a reply drafted for someone else to say ("Sure, here's how you might respond: ...")
+                  r"|\bhere('s| is) how you (might|could|can) (respond|reply)\b",
                   re.IGNORECASE)
 
 

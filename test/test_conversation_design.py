@@ -149,6 +149,8 @@ def test_scoring_flags_what_a_person_notices():
     assert is_echo("Oh, that's exciting! I'm turning thirty, which is a big step.", "I'm turning thirty.")
     assert not is_echo("Oh, that's exciting! Happy early birthday!", "I'm turning thirty.")
     assert is_meta("The tool is successfully executed, and the robot performed the dance.")
+    assert is_meta('Sure, here\'s how you might respond: - "Hey Marco, I\'m throwing a party!"')
+    assert not is_meta("Here's a fun fact: octopuses have three hearts.")
     assert is_meta("According to the conversation, there are 7 days in a week.")
     assert not is_meta("Paris is the capital of France.")
     assert is_echo("Nod if you agree.", "Nod if you agree.")

@@ -131,3 +131,22 @@ def test_an_ability_question_gets_an_offer_and_a_yes_plays_the_move(classifier, 
     calls.clear()
     res = turn("Yes.")  # no offer before it: nothing to play
     assert not calls
+
+
+def test_a_reply_drafted_for_someone_else_is_held_back_and_drawn_anew(classifier, tools):
+    """"Sure, here's how you might respond: ..." (the 0.5B model, held out 3) is never spoken: two new draws, then
+    the line for a statement. Negative control: the same backend's plain reply to another statement is spoken."""
+    backend = ScriptedBackend([
+        {"match": "party", "reply": [{"text": "Sure, here's how you might respond: - Hey, I'm throwing a party!"}]},
+        {"match": ".*", "reply": [{"text": "That sounds lovely."}]}])
+    spoken = []
+    loop = ToolLoop(backend, lambda c, _e: ToolOutcome(c.id, c.name, True), lambda e: e.kind == "sentence"
+                    and spoken.append(e.text), intent=classifier, at_a_loss=["Sorry?"],
+                    at_a_loss_told=["Mm-hm, I'm listening."])
+    conv = Conversation("You are Bolt.", history="memory")
+    res = loop.run(conv, conv.user_message("I'm throwing a party on Friday."), tools, enable_thinking=False,
+                   cancel=threading.Event(), utterance="I'm throwing a party on Friday.")
+    assert len(backend.requests) == 3 and res.text == "Mm-hm, I'm listening." and spoken == [res.text]
+    res = loop.run(conv, conv.user_message("I baked bread today."), tools, enable_thinking=False,
+                   cancel=threading.Event(), utterance="I baked bread today.")
+    assert res.text == "That sounds lovely."

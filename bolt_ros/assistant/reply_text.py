@@ -49,6 +49,13 @@ REFUSAL = re.compile(r"\b(?:can ?not|can't|can’t|unable to|not able to|won't b
                      r"|^\s*(?:i'?m |i am )?sorry,? but (?:i|as an?)\b", re.IGNORECASE)
 
 
+# "Sure, here's how you might respond: - "Hey Marco, ..."": the 0.5B model writing a reply for someone else to say
+# (held out 3, 1 of 189 turns, issue 34's third round), the person's own words in it: held back, the turn drawn anew
+DRAFTED = re.compile(r"\bhere(?:'s| is| are)\s+(?:how you (?:might|could|can|should) (?:respond|reply|answer|say)"
+                     r"|(?:a|one|some) (?:possible |sample |suggested |good )?(?:responses?|repl(?:y|ies)|answers?))"
+                     r"|\byou (?:might|could|can) (?:respond|reply) with\b", re.IGNORECASE)
+
+
 _GREETING = r"(?:hello|hi|hey|good ?night|good morning|good evening|thanks|thank you|bye|goodbye)"
 
 

@@ -26,7 +26,16 @@ from bolt_ros.assistant.facts import FACTS_HEADER
 from bolt_ros.assistant.idioms import is_yes
 from bolt_ros.assistant.intent import POINT_BACK, SEE
 from bolt_ros.assistant.mention import is_question
-from bolt_ros.assistant.reply_text import CALL_AS_TEXT, REFUSAL, ngrams, norm, said_before, unaddress, unframe
+from bolt_ros.assistant.reply_text import (
+    CALL_AS_TEXT,
+    DRAFTED,
+    REFUSAL,
+    ngrams,
+    norm,
+    said_before,
+    unaddress,
+    unframe,
+)
 from bolt_ros.assistant.scene import newest_caption, see_options
 from bolt_ros.assistant.sentences import SentenceSplitter, sentence_count
 from bolt_ros.assistant.tools import ToolOutcome, correction_line
@@ -261,7 +270,9 @@ class ToolLoop:
         if res.stopped:
             return False
         if model:
-            if REFUSAL.search(sentence):  # small talk is never refused ("I can't assist with that.")
+            # small talk is never refused ("I can't assist with that."), and no reply is a draft for someone else
+            # to say ("Sure, here's how you might respond: ...")
+            if REFUSAL.search(sentence) or DRAFTED.search(sentence):
                 res.stopped, self._held = REFUSED, None
                 return False
             opening = [*res.spoken, *([self._held] if self._held else []), sentence]
