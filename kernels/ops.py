@@ -19,6 +19,7 @@ from . import activation, logits, norm, qmatmul
 from . import attention as attention_mod
 from . import rope as rope_mod
 from .backend import use_triton
+from .cpu import layer as layer_mod
 from .cpu import native
 from .rope import RopeAngles
 from .visibility import GraphSpan, Masked, Span, Visibility
@@ -210,3 +211,15 @@ def self_attention(qkv: torch.Tensor, heads: AttnHeads, cache: LayerKV, position
         cache.write(rope(k, angles).transpose(0, 1), v.transpose(0, 1), positions)  # the cache is [n_kv, S, hd]
     o = attention(q, cache.k, cache.v, vis, heads.scale)  # [T, n_head, hd]
     return o.reshape(t, nq)
+
+
+def decoder_layer(h: torch.Tensor, plan: layer_mod.LayerPlan | None, cache: LayerKV, positions: torch.Tensor,
+                  angles: RopeAngles, vis: Visibility) -> torch.Tensor | None:
+    """A whole decoder layer (the attention half, then the MLP half) in one C call (cpu/layer_step.c), for a step of
+    at most NATIVE_MAX_T rows on the CPU whose layer has a plan (cpu/layer.py): h [T, n_embd] -> [T, n_embd]. None
+    where it does not apply: the caller runs the layer op by op (the reference, and every other case)."""
+    if plan is None or not _native_attention_fits(h, cache, vis):
+        return None
+    cos, sin = angles.cos_sin()
+    return layer_mod.layer_step(plan, h, cos, sin, angles.style == "neox", cache.k, cache.v, cache.pos, cache.ring,
+                                positions, vis.extent)

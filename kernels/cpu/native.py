@@ -1,6 +1,6 @@
-"""The C CPU kernels (gguf_dequant.c, q8_matmul.c, attention_step.c, rms_norm.c): built once per machine with the
-system C compiler, loaded with ctypes. q8_matmul.c is built once per instruction-set level (LEVELS) into the same
-library, and the CPU's flags (or BOLT_CPU_LEVEL, for a lower one) choose the level at run time.
+"""The C CPU kernels (gguf_dequant.c, q8_matmul.c, attention_step.c, rms_norm.c, layer_step.c): built once per
+machine with the system C compiler, loaded with ctypes. q8_matmul.c is built once per instruction-set level (LEVELS)
+into the same library, and the CPU's flags (or BOLT_CPU_LEVEL, for a lower one) choose the level at run time.
 
 Why C and not a torch extension: the files need no torch headers (pointers and sizes only), so they compile in
 seconds instead of a minute. Threads: the dequantizer's rows are split across Python threads (ctypes releases the
@@ -28,7 +28,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "attention_step.c", "rms_norm.c")]
+SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "attention_step.c", "rms_norm.c", "layer_step.c")]
 # the int8 matmul, compiled once per instruction-set level (LEVELS) and linked beside the others
 LEVELED = Path(__file__).with_name("q8_matmul.c")
 HEADERS = sorted(Path(__file__).parent.glob("*.h"))  # gguf_blocks.h, the q8_*.h parts of q8_matmul.c, attention_vec.h
@@ -160,6 +160,10 @@ def _build() -> ctypes.CDLL | None:
     so.bolt_attention_step.restype = ctypes.c_int
     so.bolt_rms_norm.argtypes = [p, p, p, p, i64, i64, ctypes.c_float]
     so.bolt_rms_norm.restype = ctypes.c_int
+    so.bolt_layer_step.argtypes = [p, p, p, i64, p, p, i64, i, p, p, p, i64, i, p, i64, i]   # layer.py
+    so.bolt_layer_step.restype = ctypes.c_int
+    so.bolt_act_mul.argtypes = [i, p, p, i64, i64]
+    so.bolt_act_mul.restype = ctypes.c_int
     return so
 
 

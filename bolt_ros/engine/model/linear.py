@@ -440,6 +440,18 @@ class QuantLinear(nn.Module):
         return QuantLinear(raw.reshape(-1), self.ggml_type, (ids.numel(), self.in_features),
                            policy=policy or self.policy, role=self.role, device=self._device)
 
+    def native_parts(self) -> native.BlockParts | None:
+        """The GGUF blocks as one C matmul call takes them (the `blocks` form), else None: what a whole-layer C
+        call (kernels/cpu/layer.py) multiplies with."""
+        if self.scheme != "blocks":
+            return None
+        parts = getattr(self, "_block_parts", None)
+        if parts is None:
+            parts = getattr(self, "_own_parts", None)
+            if parts is None:
+                parts = self._own_parts = native.BlockParts([(self.blocks, self.ggml_type, self.out_features)])
+        return parts
+
     def _refine_top(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Exact fp32 logits for every candidate within HEAD_MARGIN of its row's approximate best.
 

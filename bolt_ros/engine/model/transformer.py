@@ -19,6 +19,7 @@ from bolt_ros.engine.model.kv_cache import KVCache
 from bolt_ros.engine.model.linear import QuantLinear
 from bolt_ros.engine.model.weights import WeightStore
 from bolt_ros.kernels import ops
+from bolt_ros.kernels.cpu.layer import ACTIVATIONS, LayerPlan
 from bolt_ros.kernels.rope import RopeAngles
 
 
@@ -98,6 +99,37 @@ class Block(nn.Module):
             self.ple_norm = w.vector(p + "post_norm.weight")
         self.out_scale = w.vector(p + "layer_output_scale.weight") if w.has(p + "layer_output_scale.weight") else None
 
+    def native_plan(self) -> LayerPlan | None:
+        """The layer as one C call takes it (ops.decoder_layer), built once; None where that call does not cover
+        the layer (weights not in the `blocks` form, Gemma 4's per-layer inputs or layer scale, another activation):
+        then mix and ffn run op by op."""
+        plan = getattr(self, "_plan", False)
+        if plan is False:
+            plan = self._plan = self._build_plan()
+        return plan
+
+    def _build_plan(self) -> LayerPlan | None:
+        cfg = self.cfg
+
+        def parts(m):
+            if isinstance(m, _Split):
+                m = m.layers[0] if len(m.layers) == 1 else None
+            return m.native_parts() if isinstance(m, QuantLinear) else None
+
+        lins = [parts(m) for m in (self.wqkv, self.wo, self.w_gate_up, self.w_down)]
+        vectors = [self.attn_norm, self.ffn_norm] + ([self.post_attn_norm, self.post_ffn_norm] if cfg.post_norms
+                                                     else [])
+        if (any(p is None for p in lins) or cfg.ple_dim or self.out_scale is not None
+                or cfg.activation not in ACTIVATIONS or lins[2].n_out % 2
+                or any(v.dtype != torch.float32 or v.device.type != "cpu" or not v.is_contiguous() for v in vectors)):
+            return None
+        post = cfg.post_norms
+        return LayerPlan(n_embd=cfg.n_embd, n_ff=lins[2].n_out // 2, eps=cfg.rms_eps, activation=cfg.activation,
+                         attn_norm=self.attn_norm, ffn_norm=self.ffn_norm,
+                         post_attn_norm=self.post_attn_norm if post else None,
+                         post_ffn_norm=self.post_ffn_norm if post else None, qkv=lins[0], o=lins[1],
+                         gate_up=lins[2], down=lins[3], heads=self.heads)
+
     def attention(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, angles: RopeAngles,
                   vis: ops.Visibility) -> torch.Tensor:
         """x [T, n_embd] -> [T, n_embd]; writes this step's K/V when the layer owns KV."""
@@ -136,6 +168,9 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.device, self.kernels = w.device, w.kernels
+        # a step of a few rows on the CPU runs each layer as one C call where it can (ops.decoder_layer); False:
+        # op by op, the reference (tests compare the two)
+        self.native_layers = True
         self.tok_embd = w.embedding("token_embd.weight")
         self.blocks = nn.ModuleList(Block(cfg, il, w) for il in range(cfg.n_layer))
         self.out_norm = w.vector("output_norm.weight")
@@ -250,6 +285,11 @@ class Transformer(nn.Module):
                 a = angles[id(rope)] = rope.at(positions)
             if stop is not None and stop():
                 raise Interrupted(f"forward step stopped before layer {il}")
+            whole = ops.decoder_layer(h, block.native_plan(), cache.layer(il), positions, a, vis[cfg.swa[il]]) \
+                if self.native_layers else None
+            if whole is not None:  # the layer in one C call (decode steps, verify blocks on the CPU)
+                h = whole
+                continue
             h = block.mix(h, positions, cache, a, vis[cfg.swa[il]])
             if stop is not None and stop():
                 raise Interrupted(f"forward step stopped inside layer {il}")
