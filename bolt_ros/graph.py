@@ -26,6 +26,8 @@ class GraphArgs(BaseModel):
     robot_config: str = ""      # simulated robot (limits, animations); "" = the package's config/robot.yaml
     model_path: str = ""        # overrides backend.model_path ("" = keep the config's)
     draft_path: str = ""        # overrides backend.draft_path (auto | none | a GGUF)
+    # overrides backend.words_model_path: the spoken replies' model (qwen2.5-coder-1.5b: larger machines)
+    words_model_path: str = ""
     backend: str = ""           # overrides backend.kind: embedded | openai | scripted
     base_url: str = ""          # overrides backend.base_url (openai)
     device: str = ""            # overrides backend.device (embedded): auto | cpu | cuda | cuda:N
@@ -76,7 +78,7 @@ def describe_graph(args: GraphArgs) -> list[ProcessSpec]:
     params = load_params_file(config, ASSISTANT_NODE)
     overrides = {"backend.kind": args.backend, "backend.model_path": args.model_path,
                  "backend.draft_path": args.draft_path, "backend.base_url": args.base_url,
-                 "backend.device": args.device}
+                 "backend.device": args.device, "backend.words_model_path": args.words_model_path}
     params.update({k: v for k, v in overrides.items() if v})
     try:
         params = to_ros_parameters(from_ros_parameters(params))  # complete and checked

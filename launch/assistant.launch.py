@@ -1,5 +1,5 @@
 """ros2 launch bolt_ros assistant.launch.py [model_path:=...] [draft_path:=...] [device:=cuda] [backend:=...]
-[use_sim_robot:=...]
+[use_sim_robot:=...] [words_model_path:=...]
 
 The graph comes from bolt_ros.graph, the same description `python -m bolt_ros.bringup` runs in one process;
 here each entry becomes its own process. launch / launch_ros are imported inside generate_launch_description

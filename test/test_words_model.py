@@ -37,3 +37,12 @@ def test_a_words_model_with_another_tokenizer_is_refused():
     cfg = BackendConfig(model_path="default-chat", draft_path="none", words_model_path="smollm2", n_ctx=1024)
     with pytest.raises(BackendError, match="another tokenizer"):
         EmbeddedBackend.from_config(cfg)
+
+
+def test_make_run_takes_the_words_model_as_a_launch_argument():
+    """`make run ARGS="words_model_path:=qwen2.5-coder-1.5b"` (the quality setting, docs/conversation.md); without
+    it the config's `same`."""
+    from bolt_ros.graph import describe_graph, parse_arguments
+    params = describe_graph(parse_arguments({"words_model_path": "qwen2.5-coder-1.5b"}))[0].parameters
+    assert params["backend.words_model_path"] == "qwen2.5-coder-1.5b"
+    assert describe_graph(parse_arguments({}))[0].parameters["backend.words_model_path"] == "same"
