@@ -1,6 +1,7 @@
-"""The C CPU kernels (gguf_dequant.c, q8_matmul.c, attention_step.c, rms_norm.c, layer_step.c): built once per
-machine with the system C compiler, loaded with ctypes. q8_matmul.c is built once per instruction-set level (LEVELS)
-into the same library, and the CPU's flags (or BOLT_CPU_LEVEL, for a lower one) choose the level at run time.
+"""The C CPU kernels (gguf_dequant.c, q8_matmul.c, attention_step.c, rms_norm.c, layer_step.c, head_refine.c):
+built once per machine with the system C compiler, loaded with ctypes. q8_matmul.c is built once per instruction-set
+level (LEVELS) into the same library, and the CPU's flags (or BOLT_CPU_LEVEL, for a lower one) choose the level at
+run time.
 
 Why C and not a torch extension: the files need no torch headers (pointers and sizes only), so they compile in
 seconds instead of a minute. Threads: the dequantizer's rows are split across Python threads (ctypes releases the
@@ -28,7 +29,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "attention_step.c", "rms_norm.c", "layer_step.c")]
+SOURCES = [Path(__file__).with_name(f) for f in ("gguf_dequant.c", "attention_step.c", "rms_norm.c", "layer_step.c",
+                                                  "head_refine.c")]
 # the int8 matmul, compiled once per instruction-set level (LEVELS) and linked beside the others
 LEVELED = Path(__file__).with_name("q8_matmul.c")
 HEADERS = sorted(Path(__file__).parent.glob("*.h"))  # gguf_blocks.h, the q8_*.h parts of q8_matmul.c, attention_vec.h
@@ -164,6 +166,8 @@ def _build() -> ctypes.CDLL | None:
     so.bolt_layer_step.restype = ctypes.c_int
     so.bolt_act_mul.argtypes = [i, p, p, i64, i64]
     so.bolt_act_mul.restype = ctypes.c_int
+    so.bolt_head_refine.argtypes = [p, p, i64, p, i, i64, i64, i64, ctypes.c_float, i64]
+    so.bolt_head_refine.restype = ctypes.c_int
     return so
 
 
@@ -340,3 +344,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float,
     if lib.bolt_rms_norm(x.data_ptr(), _ptr(weight), _ptr(residual), y.data_ptr(), x.numel() // d, d, eps):
         raise ValueError(f"rms_norm refused a tensor of shape {tuple(x.shape)}")
     return y
+
+
+def head_refine(x: torch.Tensor, y: torch.Tensor, raw: torch.Tensor, ggml_type: int, margin: float,
+                max_candidates: int) -> bool:
+    """head_refine.c: the exact logits, in place in y [T, N], of every candidate within `margin` of its row's best,
+    from x [T, K] and the head's GGUF bytes `raw` (uint8, contiguous, N rows). False (y untouched) when the candidates
+    are too many (more than max_candidates a row on average) or a row holds a NaN: the caller's torch form decides."""
+    lib = _lib if _tried else library()
+    t, n = y.shape
+    rc = lib.bolt_head_refine(x.data_ptr(), y.data_ptr(), t, raw.data_ptr(), ggml_type, n, x.shape[1],
+                              raw.numel() // n, margin, max_candidates)
+    if rc < 0:
+        raise ValueError(f"head_refine refused ggml type {ggml_type} with {x.shape[1]} columns")
+    return rc == 0

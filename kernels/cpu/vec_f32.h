@@ -26,6 +26,7 @@ typedef __m512 av;
 #define AV_HSUM _mm512_reduce_add_ps
 #define AV_DIV _mm512_div_ps
 #define AV_ABS _mm512_abs_ps
+#define AV_GE_MASK(a, b) ((unsigned)_mm512_cmp_ps_mask(a, b, _CMP_GE_OQ))  /* lane i: a[i] >= b[i] */
 #define AV_WHERE_NEG(x, a, b) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, AV_ZERO, _CMP_LT_OQ), a, b)  /* x < 0 ? b : a */
 static inline av av_pow2(av y, av n) { return _mm512_scalef_ps(y, n); }
 static inline av av_zero_where_neg_inf(av e, av x) {
@@ -46,6 +47,7 @@ typedef __m256 av;
 #define AV_ROUND(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define AV_DIV _mm256_div_ps
 #define AV_ABS(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)
+#define AV_GE_MASK(a, b) ((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ)))  /* lane i: a[i] >= b[i] */
 #define AV_WHERE_NEG(x, a, b) _mm256_blendv_ps(a, b, _mm256_cmp_ps(x, AV_ZERO, _CMP_LT_OQ))  /* x < 0 ? b : a */
 static inline float AV_HSUM(av v) {
     __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -458,6 +458,9 @@ class QuantLinear(nn.Module):
         The packed head is approximate (4-bit codes; bf16 outputs that round logits of ~20 to steps of 0.125 and
         turn near-ties into ties). Candidates that can still be the argmax or carry top-k/top-p mass get exact
         dot products with their GGUF rows (a few rows dequantized: well under a millisecond)."""
+        if (self.scheme == "blocks" and x.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous()
+                and native.head_refine(x, y, self._raw, self.ggml_type, HEAD_MARGIN, HEAD_MAX_CANDIDATES)):
+            return y  # the same candidates and exact values in C (~0.05 ms against ~1 ms here)
         near = y >= y.amax(-1, keepdim=True) - HEAD_MARGIN  # [T, V]
         rows, cols = near.nonzero(as_tuple=True)
         if not cols.numel():  # all-NaN rows (weights that overflow fp32) have no candidate: nothing to refine

@@ -286,7 +286,7 @@ class Transformer(nn.Module):
             if stop is not None and stop():
                 raise Interrupted(f"forward step stopped before layer {il}")
             whole = ops.decoder_layer(h, block.native_plan(), cache.layer(il), positions, a, vis[cfg.swa[il]]) \
-                if self.native_layers else None
+                if self.native_layers and not torch.compiler.is_compiling() else None  # compiled: op by op, traced
             if whole is not None:  # the layer in one C call (decode steps, verify blocks on the CPU)
                 h = whole
                 continue
