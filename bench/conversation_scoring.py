@@ -40,7 +40,9 @@ META = re.compile(r"\b(tools?|functions?|json|api|arguments?|parameters?|execute
                   # the prompt's own scaffolding read out: "Based on the conversation, ...", a copied memory note
                   r"|\b(based on|according to|in) (the|this|our) conversation\b|\bthey said\b|\boldest first\b"
                   # a reply drafted for someone else to say ("Sure, here's how you might respond: ...")
-                  r"|\bhere('s| is) how you (might|could|can) (respond|reply)\b",
+                  r"|\bhere('s| is) how you (might|could|can) (respond|reply)\b"
+                  # the memory announced as a header ("The old conversation:")
+                  r"|(^|[.!?]\s+)((the|our|this|my|old|earlier|previous)\s+)*conversation\s*:",
                   re.IGNORECASE)
 
 

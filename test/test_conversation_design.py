@@ -256,3 +256,25 @@ def test_the_memory_note_is_never_read_out():
     res = loop.run(conv, conv.user_message("now the other way"), [], enable_thinking=False, cancel=threading.Event())
     assert res.spoken == [loop.at_a_loss[1]] and res.text == loop.at_a_loss[1]   # not the line said last turn
     assert res.stats["at_a_loss"] == "prompt read out"
+
+
+def test_the_person_s_name_is_never_the_robot_s_and_a_header_of_the_memory_is_not_spoken():
+    """Held out 3 (2026-12-05): told "Hey Bolt, my name is Marco.", the 0.5B model answered "Hello! I'm Marco, a
+    friendly robot ..."; another turn spoke "The old conversation:" (the memory announced). Both are held back;
+    negative controls: the name said to the person, and a sentence about a conversation, are spoken."""
+    backend = ScriptedBackend([  # matched against the whole prompt (the memory too): the newest words first
+        {"match": "Nina", "reply": [{"text": "Nice to meet you, Nina! I'm Bolt."}]},
+        {"match": "chat", "reply": [{"text": "What a nice conversation: thank you."}]},
+        {"match": "party", "reply": [{"text": "The old conversation:"}]},
+        {"match": "Marco", "reply": [{"text": "Hello! I'm Marco, a friendly robot."}]}])
+    loop, _ = _loop(backend, ToolRegistry([LOOK]))
+    conv = Conversation("sys", history="memory")
+
+    def turn(said):
+        return loop.run(conv, conv.user_message(said), [], enable_thinking=False, cancel=threading.Event(),
+                        utterance=said)
+    assert turn("Hey Bolt, my name is Marco.").spoken == ["Hello!"]       # cut at the name taken
+    assert turn("I'm throwing a party.").spoken == []
+    assert turn("Hi, I'm Nina.").spoken == ["Nice to meet you, Nina!", "I'm Bolt."]
+    assert turn("Nice chat.").spoken == ["What a nice conversation: thank you."]
+    assert is_meta("The old conversation:") and not is_meta("What a nice conversation: thank you.")

@@ -77,6 +77,8 @@ SCENE_HEADER = "What you see (newest last):"
 # to your left."', a copy of the note's pattern that shares no six words with it.
 PROMPT_MARKUP = re.compile(r"what you see \(newest last\)|(?:^|[\[\n])\s*-\s*(?:just now|\d+ s ago|\d+ min ago):"
                            r"|earlier in this conversation|\(?oldest first\)?:"
+                           # the memory announced as a header ("The old conversation:", held out 3, 2026-12-05)
+                           r"|\bconversation\s*:\s*$"
                            r"|\b(?:they said|you answered)\s*[\"\u201c]",
                            re.IGNORECASE)
 

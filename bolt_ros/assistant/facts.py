@@ -68,6 +68,19 @@ def third_person(sentence: str) -> str:
     return out[:1].upper() + out[1:]
 
 
+def person_names(utterance: str, known: list[str]) -> set[str]:
+    """The person's names: those told before and one given in these words ("Hey Bolt, my name is Marco.")."""
+    found = {m[1] for m in _NAME.finditer(utterance) if m[1] not in _NOT_NAMES}
+    return found | set(known)
+
+
+def takes_their_name(sentence: str, names: set[str]) -> bool:
+    """The robot says the person's name as its own ("Hello! I'm Marco, a friendly robot ...": held out 3, the 0.5B
+    model told "Hey Bolt, my name is Marco.")."""
+    return any(re.search(rf"\b(?:i'm|i’m|i am|my name is|my name's|call me)\s+{re.escape(n)}\b", sentence,
+                         re.IGNORECASE) for n in names)
+
+
 class FactNote:
     def __init__(self, max_facts: int = 6):
         self.max_facts = max_facts

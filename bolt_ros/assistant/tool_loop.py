@@ -22,7 +22,7 @@ from typing import Literal
 
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
-from bolt_ros.assistant.facts import FACTS_HEADER
+from bolt_ros.assistant.facts import FACTS_HEADER, person_names, takes_their_name
 from bolt_ros.assistant.idioms import is_yes
 from bolt_ros.assistant.intent import POINT_BACK, SEE
 from bolt_ros.assistant.mention import is_question
@@ -91,6 +91,7 @@ class ToolLoop:
         self._reworded = False  # a sentence of this model call was spoken without its framing (unframe)
         self._held: str | None = None  # a short opening waiting for the next sentence (_speak)
         self._utterance, self._said_before = "", set()  # what a model's sentence must not parrot (_parrots)
+        self._names: set[str] = set()  # the person's names (facts.person_names): never the robot's own
         self._turn: tuple[Conversation, TurnResult, threading.Event] | None = None  # the running turn (acknowledge)
         self._acked: str | None = None  # a motion's line said as the robot started moving (acknowledge)
 
@@ -101,6 +102,7 @@ class ToolLoop:
         res = TurnResult(messages=[user_msg])
         self._turn, self._acked = (conv, res, cancel), None
         self._utterance, self._asked = norm(utterance or ""), utterance or ""
+        self._names = person_names(utterance or "", conv.facts.names)  # never said as the robot's own name
         self._said_before = said_before(conv.recent_replies(PARROT_TURNS))
         self._replied_before = {norm(r) for r in conv.recent_replies(PARROT_TURNS)}  # whole replies
         try:
@@ -272,7 +274,7 @@ class ToolLoop:
         if model:
             # small talk is never refused ("I can't assist with that."), and no reply is a draft for someone else
             # to say ("Sure, here's how you might respond: ...")
-            if REFUSAL.search(sentence) or DRAFTED.search(sentence):
+            if REFUSAL.search(sentence) or DRAFTED.search(sentence) or takes_their_name(sentence, self._names):
                 res.stopped, self._held = REFUSED, None
                 return False
             opening = [*res.spoken, *([self._held] if self._held else []), sentence]
