@@ -11,7 +11,10 @@ perception/caption before the turn that follows them.
 
 Each turn is scored by bench/conversation_scoring.py: the right call (or rightly none) and answer, and no claim of an
 undone action, no tool/meta talk, no echo of the user, no reply repeated from an earlier turn. Latency: goal sent ->
-the first spoken sentence or the first tool call (the robot visibly reacts), from the action's feedback.
+the first spoken sentence or the first tool call (the robot visibly reacts), from the action's feedback. Talk turns
+(no move expected, no call made) also get goal sent -> first sentence and -> the reply's end (the action's result):
+p50/p90 over them in the totals, e.g. DFlash off and on, greedy, same seed:
+    --seeds 0 --set backend.temperature=0 backend.draft_path=none   (then backend.draft_path=auto)
 Prints a per-turn table and totals; --png saves a chart (per conversation: right turns and failures by kind).
 """
 from __future__ import annotations
@@ -50,7 +53,8 @@ class TracingLoop(ToolLoop):
     def run(self, *args, **kwargs):
         self._trace = {"held": []}
         res = super().run(*args, **kwargs)
-        keep = ("intent", "intent_p", "at_a_loss", "stopped")
+        keep = ("intent", "intent_p", "at_a_loss", "stopped", "completion_tokens", "acceptance_length",
+                "tokens_per_second")
         TRACE.append({**self._trace, **{k: res.stats[k] for k in keep if k in res.stats}})
         return res
 
@@ -81,11 +85,15 @@ class Runner:
 
     def turn(self, utterance: str, cid: str) -> dict:
         first: list[float] = []
+        sentence: list[float] = []
         done = threading.Event()
 
         def feedback(fb) -> None:
+            now = time.perf_counter()
             if fb.feedback.event.type in (AssistantEvent.SENTENCE, AssistantEvent.TOOL_CALL) and not first:
-                first.append(time.perf_counter())
+                first.append(now)
+            if fb.feedback.event.type == AssistantEvent.SENTENCE and not sentence:
+                sentence.append(now)
 
         t0 = time.perf_counter()
         fut = self.client.send_goal_async(Converse.Goal(utterance=utterance, conversation_id=cid),
@@ -107,7 +115,8 @@ class Runner:
         calls = [registry.resolution(c.name, json.loads(c.arguments or "{}")) for c in r.tool_calls]
         moved = any(c is not None and c[0] in MOTION_TOOLS and tr.ok for c, tr in zip(calls, r.tool_results))
         return {"reply": r.text, "calls": calls, "raw_calls": [(c.name, c.arguments) for c in r.tool_calls],
-                "moved": moved, "react_s": (first[0] - t0) if first else None, "turn_s": time.perf_counter() - t0}
+                "moved": moved, "react_s": (first[0] - t0) if first else None,
+                "sentence_s": (sentence[0] - t0) if sentence else None, "turn_s": time.perf_counter() - t0}
 
 
 def run_seed(seed: int, scripts: list[dict], overrides: dict, words_after_motion: bool = False) -> list[dict]:
@@ -159,6 +168,23 @@ def _row(r: dict) -> str:
             + "".join(f"\n      held ({why}): {said!r}" for why, said in r.get("trace", {}).get("held", [])))
 
 
+def _pct(values: list[float], q: float) -> float | None:
+    """The q-quantile (nearest rank below) of values, None if there are none."""
+    v = sorted(values)
+    return v[int(q * (len(v) - 1))] if v else None
+
+
+def talk_times(rows: list[dict]) -> dict:
+    """Talk turns (no move expected, no call made): goal -> first sentence and -> the reply's end, p50 and p90."""
+    talk = [r for r in rows if not r["request"] and not r["calls"]]
+    first = [r["sentence_s"] for r in talk if r.get("sentence_s") is not None]
+    end = [r["turn_s"] for r in talk]
+    return {"talk_turns": len(talk), "talk_first_sentence_p50_s": _pct(first, 0.5),
+            "talk_first_sentence_p90_s": _pct(first, 0.9), "talk_end_p50_s": _pct(end, 0.5),
+            "talk_end_p90_s": _pct(end, 0.9),
+            "talk_completion_tokens": sum(r.get("trace", {}).get("completion_tokens", 0) for r in talk)}
+
+
 def totals(rows: list[dict]) -> dict:
     reqs = [r for r in rows if r["request"]]
     reacts = [r["react_s"] for r in rows if r["react_s"] is not None]
@@ -171,7 +197,7 @@ def totals(rows: list[dict]) -> dict:
             "median_react_s": statistics.median(reacts) if reacts else None,
             "median_request_react_s": statistics.median(req_reacts) if req_reacts else None,
             "p90_react_s": sorted(reacts)[int(0.9 * (len(reacts) - 1))] if reacts else None,
-            "no_reaction_turns": sum(r["react_s"] is None for r in rows)}
+            "no_reaction_turns": sum(r["react_s"] is None for r in rows), **talk_times(rows)}
 
 
 def chart(rows: list[dict], path: Path, title: str) -> None:
@@ -237,6 +263,10 @@ def main(argv=None) -> int:
     print(f"request -> first sentence or call: median {t['median_react_s']:.2f} s (requests only "
           f"{t['median_request_react_s']:.2f} s), p90 {t['p90_react_s']:.2f} s, turns with neither: "
           f"{t['no_reaction_turns']}")
+    if t["talk_turns"] and t["talk_first_sentence_p50_s"] is not None:
+        print(f"talk turns ({t['talk_turns']}): first sentence p50 {t['talk_first_sentence_p50_s']:.2f} s, p90 "
+              f"{t['talk_first_sentence_p90_s']:.2f} s; end p50 {t['talk_end_p50_s']:.2f} s, p90 "
+              f"{t['talk_end_p90_s']:.2f} s ({t['talk_completion_tokens']} reply tokens)")
     if args.json:
         args.json.write_text(json.dumps({"overrides": overrides, "seeds": args.seeds, "totals": t, "rows": rows},
                                         indent=1))

@@ -1,11 +1,15 @@
 """DFlash on CPU: tokens per target pass and wall-clock decode speed vs plain decoding in the same run, and the greedy
 losslessness check, over a prompt set.
 
-    python bench/bench_dflash.py [--target default-chat] [--draft D.gguf] [--prompts assistant|text] [--tokens 64]
-                                 [--threads N] [--n-max 7] [--fixed] [--repeats 3] [--json]
+    python bench/bench_dflash.py [--target default-chat] [--draft D.gguf] [--prompts assistant|chat|text]
+                                 [--tokens 64] [--threads N] [--n-max 7] [--fixed] [--repeats 3] [--json]
 
 --prompts assistant (the default): the held-out utterances of bolt_ros/train/prompts.py (none used in training),
-rendered as the assistant renders them (system prompt, tools). --prompts text: one plain text continuation.
+rendered as the assistant renders them (system prompt, tools). --prompts chat: its held-out general-chat turns
+(HELD_OUT_CHAT), rendered as the words turn the chat model gets with the intent classifier on (system prompt, no
+tools, the memory note of earlier turns where they have some) and decoded under the words grammar, as there
+(--no-grammar: without it; the DFlash decoder's confidence gates and cheap probes are off under a grammar).
+--prompts text: one plain text continuation.
 Without --draft a random drafter (the test-model writer) is written for the target first: that measures the cost
 side (a random drafter is accepted almost never). --fixed turns the adaptive policy off (whole blocks every step).
 --repeats N (3) runs each prompt at least N times on both sides, in turn, and until each side has decoded for
@@ -34,6 +38,10 @@ TEXT_PROMPT = "The robot arm moved slowly toward the red cube on the table, and 
 def _prompts(engine: Engine, kind: str) -> list[tuple[str, list[int]]]:
     if kind == "text":
         return [(TEXT_PROMPT, engine.tok.encode(TEXT_PROMPT, add_bos=engine.tok.add_bos))]
+    if kind == "chat":
+        from bolt_ros.train.prompts import HELD_OUT_CHAT, words_prompt_ids
+
+        return [(t.say, words_prompt_ids(engine, t)) for t in HELD_OUT_CHAT]
     from bolt_ros.train.prompts import HELD_OUT, assistant_prompt_ids
 
     return [(u, assistant_prompt_ids(engine, u)) for u in HELD_OUT]
@@ -44,12 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="default-chat", help="target GGUF or a default-model name")
     ap.add_argument("--draft", help="drafter GGUF (default: write a random drafter for the target)")
     ap.add_argument("--layers", type=int, default=5, help="layers of the random drafter")
-    ap.add_argument("--prompts", choices=["assistant", "text"], default="assistant")
+    ap.add_argument("--prompts", choices=["assistant", "chat", "text"], default="assistant")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--n-max", type=int, default=None, help="drafts per step (default block_size-1)")
     ap.add_argument("--p-min", type=float, default=None, help="drafter confidence cut (default: DFlashOptions')")
     ap.add_argument("--anchor-min", type=float, default=None, help="target confidence to probe at (default: "
                                                                      "DFlashOptions')")
+    ap.add_argument("--no-grammar", action="store_true", help="--prompts chat: decode without the words grammar")
     ap.add_argument("--fixed", action="store_true", help="whole blocks every step (no adaptive drafting, no p_min)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=3, help="plain/DFlash runs per prompt at least, in turn (times "
@@ -80,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     stops = sorted(set(engine.chat_format.stop_token_ids))
     params = SamplingParams(max_tokens=args.tokens, stop_token_ids=stops)
     prompts = _prompts(engine, args.prompts)
+    grammar = None
+    if args.prompts == "chat" and not args.no_grammar:  # the words grammar a words turn decodes under (both sides)
+        from bolt_ros.train.prompts import words_grammar
+
+        grammar = words_grammar(engine)
     engine.generate(prompts[0][1][:8], SamplingParams(max_tokens=2), use_draft=False)  # warm-up
     if args.compile:  # compile the step shapes outside the timed runs
         t0 = time.perf_counter()
@@ -97,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         same, runs = True, 0
         plain_session, spec_session = engine.new_session(), engine.new_session()
         while runs < args.repeats or min(t["plain_s"], t["spec_s"]) < args.min_seconds:
-            plain = engine.generate(ids, params, use_draft=False, session=plain_session)
-            spec = engine.generate(ids, params, session=spec_session)
+            plain = engine.generate(ids, params, use_draft=False, session=plain_session, grammar=grammar)
+            spec = engine.generate(ids, params, session=spec_session, grammar=grammar)
             same &= plain.completion_ids == spec.completion_ids
             t["plain_s"] += plain.timings.decode_s
             t["spec_s"] += spec.timings.decode_s
@@ -116,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         plain_tok_s = t["plain_tok"] / t["plain_s"] if t["plain_s"] else 0.0
         spec_tok_s = t["spec_tok"] / t["spec_s"] if t["spec_s"] else 0.0
         ratio = spec_tok_s / plain_tok_s if plain_tok_s else None
-        rows.append({"prompt": text, "tokens": len(spec.completion_ids), "greedy_equal": same, "runs": runs,
+        rows.append({"prompt": text, "reply": spec.text, "tokens": len(spec.completion_ids), "greedy_equal": same,
+                     "runs": runs,
                      "tokens_per_pass": s["tokens_per_pass"], "speed_ratio": round(ratio, 3) if ratio else None,
                      "plain_tok_s": round(plain_tok_s, 2), "spec_tok_s": round(spec_tok_s, 2),
                      "drafter_passes": s["drafter_passes"],
@@ -124,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     plain_rate = sums["plain_tok"] / sums["plain_s"] if sums["plain_s"] else 0.0
     spec_rate = sums["spec_tok"] / sums["spec_s"] if sums["spec_s"] else 0.0
     out = {"target": Path(target).name, "draft": Path(draft).name, "threads": torch.get_num_threads(),
-           "prompts": len(prompts), "adaptive": not args.fixed, "greedy_equal": equal,
+           "prompts": len(prompts), "adaptive": not args.fixed, "grammar": grammar is not None, "greedy_equal": equal,
            "tokens_per_pass": round(sums["committed"] / sums["passes"], 3) if sums["passes"] else 1.0,
            "plain_decode_tok_s": round(plain_rate, 2), "spec_decode_tok_s": round(spec_rate, 2),
            "speedup": round(spec_rate / plain_rate, 3) if plain_rate else None,

@@ -296,9 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="drafter GGUF to write (checkpoints and data cache beside it)")
     for name, kind in (("steps", int), ("layers", int), ("prompts", int), ("anchors", int), ("max-new", int),
                        ("seed", int), ("lr", float), ("target-layers", int), ("checkpoint-every", int),
-                       ("negatives", int)):
+                       ("negatives", int), ("tool-prompts", int)):
         p.add_argument(f"--{name}", type=kind)
     p.add_argument("--quant", choices=["f32", "f16", "q8_0"])
+    p.add_argument("--corpus", choices=["assistant", "talk", "mixed"],
+                   help="tool turns (default), words turns as the chat model gets them with the intent classifier "
+                        "on, or both (train/prompts.py)")
+    p.add_argument("--init", help="start from this drafter GGUF's weights (a fine-tune)")
     p.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (and reuse OUT.data.pt)")
     p.add_argument("--threads", type=int)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (training; data generation runs on the CPU)")
@@ -319,7 +323,8 @@ def cmd_train_drafter(args) -> int:
 
     fields = {k: getattr(args, k.replace("-", "_")) for k in ("steps", "layers", "prompts", "anchors", "max_new",
                                                               "seed", "lr", "target_layers", "checkpoint_every",
-                                                              "quant", "negatives")}
+                                                              "quant", "negatives", "tool_prompts", "corpus",
+                                                              "init")}
     cfg = TrainConfig(**{k: v for k, v in fields.items() if v is not None})
     res = train_drafter(resolve_model(args.target), args.out, cfg, threads=args.threads, resume=args.resume,
                         device=str(resolve_device(args.device)))

@@ -67,3 +67,41 @@ def test_cli_refuses_bad_settings(tmp_path):
                           str(tmp_path / "d.gguf"), "--steps", "0"], capture_output=True, text=True)
     assert res.returncode != 0 and "steps" in (res.stderr + res.stdout)
     json.dumps(TINY)
+
+
+def test_a_fine_tune_starts_from_the_drafter_it_is_given(trained, tmp_path):
+    # --init copies the drafter's weights: its first loss on the same data is the trained one's, far below a fresh
+    # start's (res["first_loss"] of the fixture, ~random), and its draft vocabulary is kept beside the new labels
+    out, res = trained
+    data = tmp_path / "ft.data.pt"
+    data.write_bytes(out.with_suffix(".data.pt").read_bytes())  # the same replies (no new generation)
+    ft = train_drafter("smollm2", tmp_path / "ft.gguf", TrainConfig(steps=2, init=str(out), **TINY), threads=2,
+                       progress=False)
+    assert ft["data_cached"] and ft["first_loss"] < 0.8 * res["first_loss"], (ft, res)
+    engine = Engine.load("smollm2", draft=tmp_path / "ft.gguf", n_ctx=2048)
+    assert set(Engine.load("smollm2", draft=out, n_ctx=2048).draft.model.cfg.draft_vocab) <= set(
+        engine.draft.model.cfg.draft_vocab)
+
+
+def test_words_turns_are_rendered_as_the_assistant_renders_a_talk_turn():
+    from bolt_ros.assistant.conversation import MEMORY_HEADER
+    from bolt_ros.train.prompts import (
+        HELD_OUT_CHAT,
+        WordsTurn,
+        assistant_messages,
+        script_talk_turns,
+        talk_turns,
+        words_messages,
+    )
+
+    system = assistant_messages("hi")[0][0]
+    plain = words_messages("How are you?")
+    assert plain == [system, {"role": "user", "content": "How are you?"}]  # no tools are passed: none are shown
+    msgs = words_messages(WordsTurn("And you?", (("Hello!", ""), ("Dance!", "you played your dance animation"))),
+                          reply_for={"Hello!": "Hi, I'm Bolt."}.get)
+    assert msgs[1]["role"] == "system" and msgs[1]["content"].startswith(MEMORY_HEADER)
+    assert '"Hi, I\'m Bolt."' in msgs[1]["content"] and "you played your dance animation" in msgs[1]["content"]
+    scripted = script_talk_turns()
+    assert len(scripted) > 100 and any(t.caption for t in scripted) and any(t.earlier for t in scripted)
+    trained = {t.say.lower() for t in talk_turns(300) + scripted}
+    assert len(HELD_OUT_CHAT) >= 8 and not {t.say.lower() for t in HELD_OUT_CHAT} & trained

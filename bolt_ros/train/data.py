@@ -1,8 +1,11 @@
 """Self-distillation data for a DFlash drafter: the target's own greedy replies to assistant prompts, with the target's
 residual streams at the drafter's layers for every position (the drafter's context features).
 
-The prompts share the assistant's system prompt and tool list, so their token prefix is common: its features are
-computed once and stored once (`Dataset.prefix`), each sample keeps only its own suffix (user turn + reply).
+Prompts of one kind share a token prefix (tool turns: the system prompt and the tool list; words turns: the system
+prompt): its features are computed once per kind and stored once (`Dataset.prefixes`), each sample keeps only its own
+suffix (memory note, user turn, reply). Words turns decode under the words grammar the assistant holds them to (no
+call syntax: chat_session.stream with tool_choice "none"), and a turn's memory quotes the replies the target wrote to
+the earlier turns of its conversation where the data has them (the bench scripts' conversations, in order).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from tqdm import tqdm
 from bolt_ros.engine.decode.decoders import common_prefix
 from bolt_ros.engine.decode.generate import Engine
 from bolt_ros.engine.decode.sampling import SamplingParams
-from bolt_ros.train.prompts import assistant_prompt_ids
+from bolt_ros.train.prompts import WordsTurn, assistant_prompt_ids, words_grammar, words_prompt_ids
 
 
 @dataclass
@@ -22,27 +25,28 @@ class Sample:
     tokens: list[int]  # prompt + reply
     reply_start: int  # index of the first reply token
     features: torch.Tensor  # [len(tokens) - prefix_len, n_layers * H] fp16: rows of this sample's own positions
+    prefix: int = 0  # which of Dataset.prefixes this sample starts with
 
 
 @dataclass
 class Dataset:
     capture: tuple[int, ...]  # target layer inputs (GGUF convention: HF id + 1)
-    prefix_len: int
-    prefix: torch.Tensor  # [prefix_len, n_layers * H] fp16
+    prefixes: list[torch.Tensor]  # [prefix_len, n_layers * H] fp16 each: the shared starts of the prompts
     samples: list[Sample] = field(default_factory=list)
 
     def features(self, s: Sample) -> torch.Tensor:
         """All context rows of a sample, [len(tokens), n_layers * H] fp32."""
-        return torch.cat([self.prefix, s.features]).float()
+        return torch.cat([self.prefixes[s.prefix], s.features]).float()
 
     def state(self) -> dict:
-        return {"capture": self.capture, "prefix_len": self.prefix_len, "prefix": self.prefix,
-                "samples": [(s.tokens, s.reply_start, s.features) for s in self.samples]}
+        return {"capture": self.capture, "prefixes": self.prefixes,
+                "samples": [(s.tokens, s.reply_start, s.features, s.prefix) for s in self.samples]}
 
     @classmethod
     def from_state(cls, st: dict) -> Dataset:
-        return cls(tuple(st["capture"]), st["prefix_len"], st["prefix"],
-                   [Sample(t, r, f) for t, r, f in st["samples"]])
+        if "prefixes" not in st:  # written before words turns: one prefix
+            return cls(tuple(st["capture"]), [st["prefix"]], [Sample(t, r, f) for t, r, f in st["samples"]])
+        return cls(tuple(st["capture"]), st["prefixes"], [Sample(*s) for s in st["samples"]])
 
 
 def _features(engine: Engine, session, ids: list[int], capture: tuple[int, ...]) -> torch.Tensor:
@@ -56,22 +60,40 @@ def _features(engine: Engine, session, ids: list[int], capture: tuple[int, ...])
     return torch.cat(rows)
 
 
-def build(engine: Engine, utterances: list[str], capture: tuple[int, ...], max_new: int = 96,
+def build(engine: Engine, items: list[str | WordsTurn], capture: tuple[int, ...], max_new: int = 96,
           progress: bool = True) -> Dataset:
-    prompts = [assistant_prompt_ids(engine, u) for u in utterances]
-    prefix_len = common_prefix(*prompts) if len(prompts) > 1 else len(prompts[0]) - 1
+    """items: an utterance (a tool turn: assistant_prompt_ids) or a WordsTurn (words_prompt_ids)."""
+    kinds = sorted({isinstance(it, WordsTurn) for it in items})  # False = tool turns, True = words turns
+    grammar = words_grammar(engine) if True in kinds else None
+    ds = Dataset(capture, [])
     feat_session = engine.new_session()
-    prefix = _features(engine, feat_session, prompts[0][:prefix_len], capture)
-    ds = Dataset(capture, prefix_len, prefix)
     gen_session = engine.new_session()
     stops = sorted(set(engine.chat_format.stop_token_ids))
     params = SamplingParams(max_tokens=max_new, stop_token_ids=stops)
-    for ids in tqdm(prompts, desc="target replies", unit="prompt", disable=not progress):
-        res = engine.generate(ids, params, session=gen_session, use_draft=False)
-        reply = list(res.completion_ids)
-        if res.stop_token is not None:  # the drafter should also learn where a turn ends
-            reply.append(res.stop_token)
-        tokens = ids + reply
-        feat_session.truncate(prefix_len)
-        ds.samples.append(Sample(tokens, len(ids), _features(engine, feat_session, tokens, capture)))
+    replies: dict[str, str] = {}  # words turns' utterance -> the target's reply (the memory of later turns)
+    bar = tqdm(total=len(items), desc="target replies", unit="prompt", disable=not progress)
+    for kind in kinds:
+        group = [it for it in items if isinstance(it, WordsTurn) == kind]
+        # the shared start of the kind's prompts (the system prompt and, for tool turns, the tools; the memory and
+        # the words come after)
+        probe = [(words_prompt_ids(engine, it) if kind else assistant_prompt_ids(engine, it)) for it in group]
+        prefix_len = common_prefix(*probe) if len(probe) > 1 else len(probe[0]) - 1
+        feat_session.truncate(0)
+        ds.prefixes.append(_features(engine, feat_session, probe[0][:prefix_len], capture))
+        for it in group:
+            ids = words_prompt_ids(engine, it, replies.get) if kind else assistant_prompt_ids(engine, it)
+            assert ids[:prefix_len] == probe[0][:prefix_len], "a prompt without its kind's shared start"
+            res = engine.generate(ids, params, session=gen_session, use_draft=False,
+                                  grammar=grammar if kind else None)
+            reply = list(res.completion_ids)
+            if kind:
+                replies[it.say] = res.text.strip()
+            if res.stop_token is not None:  # the drafter should also learn where a turn ends
+                reply.append(res.stop_token)
+            tokens = ids + reply
+            feat_session.truncate(prefix_len)
+            ds.samples.append(Sample(tokens, len(ids), _features(engine, feat_session, tokens, capture),
+                                     len(ds.prefixes) - 1))
+            bar.update()
+    bar.close()
     return ds

@@ -40,7 +40,14 @@ class TrainConfig(BaseModel):
     ff_mult: float = Field(2.0, gt=0, description="drafter MLP width / hidden size")
     block_size: int = Field(8, ge=2, le=16)
     gamma: float = Field(4.0, gt=0, description="position decay of the loss (DFlash Eq. 4)")
-    prompts: int = Field(240, ge=1, description="training utterances (train/prompts.py)")
+    corpus: str = Field("assistant", pattern="^(assistant|talk|mixed)$",
+                        description="assistant: tool turns (system prompt, tools; replies and calls); talk: words "
+                                    "turns (no tools, the memory note: what the chat model writes with the intent "
+                                    "classifier on), the conversation bench's talk turns and `prompts` small-talk "
+                                    "utterances; mixed: talk and `tool_prompts` tool turns (train/prompts.py)")
+    prompts: int = Field(240, ge=1, description="training utterances from templates (train/prompts.py)")
+    tool_prompts: int = Field(80, ge=0, description="mixed: tool turns beside the talk")
+    init: str | None = Field(None, description="start from this drafter GGUF's weights (same shape): a fine-tune")
     max_new: int = Field(96, ge=8, description="reply tokens generated per prompt")
     steps: int = Field(4000, ge=1)
     anchors: int = Field(32, ge=1, description="blocks per step")
@@ -85,6 +92,38 @@ def _zlab_model(engine: Engine, cfg: TrainConfig, capture_hf: list[int], mask: i
     return model, qc
 
 
+def corpus_items(cfg: TrainConfig) -> list:
+    """The prompts of `cfg.corpus`: utterances (tool turns) and WordsTurns (words turns), train/prompts.py."""
+    from bolt_ros.train.prompts import script_talk_turns, talk_turns, training_utterances
+
+    if cfg.corpus == "assistant":
+        return training_utterances(cfg.prompts, cfg.seed)
+    talk = script_talk_turns() + talk_turns(cfg.prompts, cfg.seed)
+    return talk if cfg.corpus == "talk" else talk + training_utterances(cfg.tool_prompts, cfg.seed)
+
+
+def _load_init(model, path: str | Path) -> list[int]:
+    """Copy a drafter GGUF's weights (dequantized) into the z-lab model; returns its draft vocabulary ([] if none)."""
+    import numpy as np
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from bolt_ros.engine.gguf.writer import hf_to_gguf_name
+
+    reader = GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+    state = model.state_dict()
+    with torch.no_grad():
+        for key, value in state.items():
+            if key.endswith(("rotary_emb.inv_freq", "v_norm.weight")):
+                continue
+            t = tensors[hf_to_gguf_name("dflash", key)]
+            arr = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(value.shape)
+            value.copy_(torch.from_numpy(arr))
+    field = reader.fields.get("dflash.draft_vocab")
+    return [int(field.parts[i][0]) for i in field.data] if field is not None else []
+
+
 def _step_batch(ds, sample, anchors: list[int], block: int, mask: int, embed: torch.Tensor):
     """Inputs for one step: m blocks of one sample against its context (keys: context rows, then the blocks)."""
     ctx = ds.features(sample)[: max(anchors)]  # [C, n_layers * H]: rows before the last anchor
@@ -116,7 +155,6 @@ def train_drafter(target: str | Path, out: str | Path, cfg: TrainConfig, *, thre
     from bolt_ros.engine.default_models import resolve_model
     from bolt_ros.engine.gguf.writer import write_model
     from bolt_ros.train import data as data_mod
-    from bolt_ros.train.prompts import training_utterances
 
     target = resolve_model(target)
     out = Path(out)
@@ -133,11 +171,12 @@ def train_drafter(target: str | Path, out: str | Path, cfg: TrainConfig, *, thre
     if data_cached:
         ds = data_mod.Dataset.from_state(torch.load(data_path, weights_only=False))
     else:
-        ds = data_mod.build(engine, training_utterances(cfg.prompts, cfg.seed), capture, cfg.max_new, progress)
+        ds = data_mod.build(engine, corpus_items(cfg), capture, cfg.max_new, progress)
         torch.save(ds.state(), data_path)
     t_data = time.perf_counter() - t0
     mask = _mask_token(engine)
     model, qc = _zlab_model(engine, cfg, capture_hf, mask)
+    init_vocab = _load_init(model, resolve_model(cfg.init)) if cfg.init else []
     dev = torch.device(device)
     embed = engine.model.tok_embd.dequantized().to(dev)  # [V, H] fp32, frozen: the drafter's input rows
     # [V, H], frozen; bf16 where it is native (CUDA, AVX512_BF16/AMX CPUs): emulated on an AVX2-only CPU, one
@@ -162,7 +201,8 @@ def train_drafter(target: str | Path, out: str | Path, cfg: TrainConfig, *, thre
             gen.set_state(st["vocab_rng"])
     weights = torch.exp(-torch.arange(cfg.block_size - 1, dtype=torch.float32) / cfg.gamma).to(dev)  # [B-1]
     usable = [s for s in ds.samples if len(s.tokens) - s.reply_start >= 2]
-    support = torch.tensor(sorted({t for s in usable for t in s.tokens[s.reply_start:]}))  # every possible label
+    # every possible label; a fine-tune keeps its start's draft vocabulary (those rows stay positives of the softmax)
+    support = torch.tensor(sorted({t for s in usable for t in s.tokens[s.reply_start:]} | set(init_vocab)))
     bar = tqdm(range(start, cfg.steps), desc="train drafter", unit="step", disable=not progress, initial=start,
                total=cfg.steps)
     losses: list[float] = []
