@@ -16,10 +16,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from difflib import SequenceMatcher
-from typing import Literal
 
+from bolt_ros.assistant import turn_parts as parts
 from bolt_ros.assistant.backend import ChatBackend, Finished, TextDelta, ThoughtDelta, ToolCallRequest
 from bolt_ros.assistant.conversation import PROMPT_MARKUP, Conversation
 from bolt_ros.assistant.facts import FACTS_HEADER, person_names, takes_their_name
@@ -39,34 +39,10 @@ from bolt_ros.assistant.reply_text import (
 from bolt_ros.assistant.scene import newest_caption, see_options
 from bolt_ros.assistant.sentences import SentenceSplitter, sentence_count
 from bolt_ros.assistant.tools import ToolOutcome, correction_line
-from bolt_ros.assistant.turn_parts import already_done, assistant_message, fresh_line, merge_stats, utf8_bound
+from bolt_ros.assistant.turn_parts import LoopEvent, TurnResult
 from bolt_ros.assistant.turn_parts import arguments_json as arguments_json  # the node's import
 
-EventKind = Literal["text", "thought", "sentence", "tool_call", "tool_result", "state", "error"]
 IDLE, THINKING, SPEAKING, ACTING = "idle", "thinking", "speaking", "acting"
-
-
-@dataclass
-class LoopEvent:
-    kind: EventKind
-    text: str = ""
-    call: ToolCallRequest | None = None
-    result: ToolOutcome | None = None
-    t: float = field(default_factory=time.perf_counter)  # when it happened (latency accounting)
-
-
-@dataclass
-class TurnResult:
-    text: str = ""
-    messages: list[dict] = field(default_factory=list)   # the turn as it goes into the history
-    tool_calls: list[ToolCallRequest] = field(default_factory=list)
-    tool_results: list[ToolOutcome] = field(default_factory=list)
-    stats: dict = field(default_factory=dict)
-    cancelled: bool = False
-    error: str = ""
-    spoken: list[str] = field(default_factory=list)  # the sentences emitted for speech, in order
-    stopped: str = ""  # "max_sentences" or "repetition" when the loop cut the model off
-    t_request: float = 0.0  # perf_counter when the first engine request went out
 
 
 ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]
@@ -138,16 +114,16 @@ class ToolLoop:
             return self._say_line(told, res)
         caption = newest_caption(res.messages[0].get("content") or "") if decision.label == SEE else ""
         if caption:  # "who is there?": what the camera saw last, in the caption's words (scene.py)
-            return self._say_line(fresh_line(conv, see_options(caption)), res)
+            return self._say_line(parts.fresh_line(conv, see_options(caption)), res)
         offers = [x.strip() for x in getattr(self.intent.cfg, "offer", "").split("|") if x.strip()]
         if decision.offer and offers:  # "Do you know how to dance?": "Yes! Want me to show you?" (idioms.py)
             conv.offered = decision.offer
-            return self._say_line(fresh_line(conv, offers), res)
+            return self._say_line(parts.fresh_line(conv, offers), res)
         if decision.call is not None:
             call = decision.call
             res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
             self.emit(LoopEvent("tool_call", call=call))
-            res.messages.append(assistant_message("", [call]))
+            res.messages.append(parts.assistant_message("", [call]))
             self._run_tools([call], res, cancel, allowed=True)
             if res.cancelled or self._say_instead(conv, res.tool_results, res):
                 return
@@ -185,7 +161,7 @@ class ToolLoop:
             # deserves an answer, not silence
             res.stats["at_a_loss"] = res.stopped or "no words"
             told = self.at_a_loss_told and self._utterance and not is_question(self._asked)
-            line = fresh_line(conv, self.at_a_loss_told if told else self.at_a_loss)
+            line = parts.fresh_line(conv, self.at_a_loss_told if told else self.at_a_loss)
             conv.unquoted.add(norm(line))
             res.messages.append({"role": "assistant", "content": line})
             res.stopped, res.text = "", line
@@ -212,7 +188,7 @@ class ToolLoop:
         if budget is None:
             messages = conv.messages(res.messages)
         else:  # oldest turns go first; exact counting only when a cheap upper bound says it may not fit
-            messages = conv.fitted(res.messages, lambda m: utf8_bound(m, tools) <= budget
+            messages = conv.fitted(res.messages, lambda m: parts.utf8_bound(m, tools) <= budget
                                    or self.backend.prompt_tokens(m, tools) <= budget)
         # the conversation's memory (system messages after the first) is never read out as speech
         # (the note of what the person told is there to be answered back: facts.py)
@@ -238,13 +214,13 @@ class ToolLoop:
                     self.emit(LoopEvent("thought", ev.text))
                 elif isinstance(ev, ToolCallRequest):
                     res.stats.setdefault("ttft_ms", (time.perf_counter() - t0) * 1e3)
-                    if already_done(ev, res):  # small models repeat a call after its result: the turn is done
+                    if parts.already_done(ev, res):  # small models repeat a call after its result: the turn is done
                         res.stopped = "repeated tool call"
                         break
                     calls.append(ev)
                     self.emit(LoopEvent("tool_call", call=ev))
                 elif isinstance(ev, Finished):
-                    merge_stats(res.stats, ev.stats)
+                    parts.merge_stats(res.stats, ev.stats)
         finally:
             close = getattr(stream, "close", None)
             if close is not None:  # a cut-off model call stops generating now (the engine frees its session)
@@ -262,7 +238,7 @@ class ToolLoop:
         reply = "".join(text)
         res.text += ("" if not res.text or not reply else " ") + reply.strip()
         if reply or calls:
-            res.messages.append(assistant_message(reply, calls))
+            res.messages.append(parts.assistant_message(reply, calls))
         return calls
 
     def _speak(self, sentence: str, res: TurnResult, *, model: bool = True) -> bool:
@@ -338,7 +314,7 @@ class ToolLoop:
         conv, res, cancel = self._turn
         if res.cancelled or res.stopped or cancel.is_set():
             return
-        line, n = fresh_line(conv, lines), len(res.spoken)
+        line, n = parts.fresh_line(conv, lines), len(res.spoken)
         self._speak(line, res, model=False)
         if len(res.spoken) > n:
             self._acked = line
@@ -352,7 +328,7 @@ class ToolLoop:
             return self._after_acknowledged(outcomes, failed, res)
         if not outcomes or not all(o.say for o in failed or outcomes):
             return False
-        return self._say_line(failed[0].say[0] if failed else fresh_line(conv, outcomes[-1].say), res)
+        return self._say_line(failed[0].say[0] if failed else parts.fresh_line(conv, outcomes[-1].say), res)
 
     def _say_line(self, line: str, res: TurnResult) -> bool:
         """The turn ends with the robot's own line (not the model's words)."""

@@ -1,13 +1,43 @@
-"""The tool loop's helpers that need no loop state (bolt_ros/assistant/tool_loop.py): a line not said lately, the
-history's message for a reply and its calls, token statistics over a turn's model calls, a call already done in the
-turn, a cheap bound on a prompt's tokens, a call's arguments as JSON."""
+"""What a turn of the tool loop (bolt_ros/assistant/tool_loop.py) reports (LoopEvent, TurnResult), and its helpers
+that need no loop state: a line not said lately, the history's message for a reply and its calls, token statistics
+over a turn's model calls, a call already done in the turn, a cheap bound on a prompt's tokens, a call's arguments
+as JSON."""
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass, field
+from typing import Literal
 
 from bolt_ros.assistant.backend import ToolCallRequest
 from bolt_ros.assistant.conversation import Conversation
 from bolt_ros.assistant.reply_text import norm
+from bolt_ros.assistant.tools import ToolOutcome
+
+EventKind = Literal["text", "thought", "sentence", "tool_call", "tool_result", "state", "error"]
+
+
+@dataclass
+class LoopEvent:
+    kind: EventKind
+    text: str = ""
+    call: ToolCallRequest | None = None
+    result: ToolOutcome | None = None
+    t: float = field(default_factory=time.perf_counter)  # when it happened (latency accounting)
+
+
+@dataclass
+class TurnResult:
+    text: str = ""
+    messages: list[dict] = field(default_factory=list)   # the turn as it goes into the history
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    tool_results: list[ToolOutcome] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    cancelled: bool = False
+    error: str = ""
+    spoken: list[str] = field(default_factory=list)  # the sentences emitted for speech, in order
+    stopped: str = ""  # "max_sentences" or "repetition" when the loop cut the model off
+    t_request: float = 0.0  # perf_counter when the first engine request went out
 
 
 def fresh_line(conv: Conversation, options: list[str]) -> str:
