@@ -183,6 +183,20 @@ def test_prefix_reuse_gives_the_logits_of_a_fresh_prefill(engine, exact):
     assert_near_exact(engine.prefill(engine.new_session(), b)[None], ref[None], engine.cfg.n_layer)
 
 
+def test_a_prompt_held_whole_gets_its_prefill_logits_back(engine):
+    """The same prompt again (a redraw, a repeated request) takes the logits its prefill gave, not a re-run of its
+    last token as a step, whose kernels round differently: the same seeded request is the same reply."""
+    a = chat_ids(engine, "Tell me about robots.")
+    s = engine.new_session()
+    first = engine.prefill(s, a)
+    engine.forward(s, [int(first.argmax())])  # the reply went on: positions after the prompt don't change its logits
+    again = engine.prefill(s, a)
+    assert s.last_prefill == 0 and torch.equal(again, first) and s.tokens == a
+    s.truncate(len(a) - 3)  # negative control: the prompt's end was dropped, so it runs again
+    engine.prefill(s, a)
+    assert s.last_prefill == 3
+
+
 def test_seeded_sampling_is_reproducible_and_varies_with_seed(engine):
     prompt = chat_ids(engine, "Invent a name for a robot.")
     p = dict(max_tokens=12, temperature=1.0, top_p=0.95)

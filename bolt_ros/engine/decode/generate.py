@@ -77,6 +77,10 @@ class Session:
         self.cache = cache
         self.tokens: list[int] = []
         self.last_prefill = 0  # tokens the last prefill actually ran
+        # (n, logits [vocab]) after the first n tokens, from the last plain prefill: a prompt the cache already holds
+        # whole gets these back instead of re-running its last token as a step, whose rounding (a step's kernels, not
+        # a prefill chunk's) could turn a near-tie the other way: the same request twice is the same reply
+        self.held_logits: tuple[int, torch.Tensor] | None = None
         self.lock = threading.Lock()  # one generation at a time per session
         self.cancel: threading.Event | None = None  # set by stream(): a long prefill stops between layers
         self.graph_step = None  # decoders.CudaGraphStep: the CUDA graphs captured for this cache
@@ -84,6 +88,8 @@ class Session:
     def truncate(self, n: int) -> None:
         self.cache.truncate(n)
         del self.tokens[n:]
+        if self.held_logits is not None and self.held_logits[0] > n:
+            self.held_logits = None
 
     def reset(self) -> None:
         self.truncate(0)
@@ -176,7 +182,13 @@ class Engine:
             raise ValueError("empty prompt")
         if len(ids) >= self.n_ctx:
             raise ValueError(f"prompt of {len(ids)} tokens does not fit the context ({self.n_ctx})")
-        keep = min(common_prefix(session.tokens, ids), len(ids) - 1)  # run at least one token to get its logits
+        common = common_prefix(session.tokens, ids)
+        held = session.held_logits
+        if common == len(ids) and held is not None and held[0] == len(ids) and max_reuse is None and not forward_kw:
+            session.truncate(len(ids))
+            session.last_prefill = 0
+            return held[1].clone()
+        keep = min(common, len(ids) - 1)  # run at least one token to get its logits
         if max_reuse is not None:
             keep = min(keep, max_reuse)
         session.truncate(keep)
@@ -184,6 +196,8 @@ class Engine:
         logits = self.forward(session, ids[keep:], **forward_kw)
         if not bool(torch.isfinite(logits).all()):  # finite weights whose products overflow fp32: refuse, don't babble
             raise GGUFError(f"{self.gguf.path.name}: the model's logits are not finite (its weights overflow fp32)")
+        if not forward_kw:
+            session.held_logits = (len(ids), logits.clone())
         return logits
 
     # --- generation ------------------------------------------------------------------------------------------------

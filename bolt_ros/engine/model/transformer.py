@@ -219,13 +219,16 @@ class Transformer(nn.Module):
             if not lc.ring:
                 out[swa] = ops.Span(start, end, window, device=self.device)
                 continue
-            kpos = lc.slot_positions_after(positions)  # [S]
+            # before the ring first wraps (end <= S) position p sits in slot p, so no slot from `end` on holds a
+            # key any of this step's queries sees: the scan stops there (a fresh 512-token prefill over a 1024-slot
+            # ring attended to 512 empty slots)
+            n = end if end <= lc.n_slots else lc.n_slots
+            kpos = lc.slot_positions_after(positions)[:n]  # [n]
             q = positions[:, None]  # [T, 1]
             allowed = (kpos[None, :] >= 0) & (kpos[None, :] <= q)
             if window > 0:
                 allowed &= (q - kpos[None, :]) < window
-            out[swa] = ops.Masked(None if (positions.shape[0] == 1 and bool(allowed.all())) else allowed,
-                                  lc.n_slots)
+            out[swa] = ops.Masked(None if (positions.shape[0] == 1 and bool(allowed.all())) else allowed, n)
         return out
 
     @torch.inference_mode()
