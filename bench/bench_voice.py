@@ -212,11 +212,17 @@ def main() -> int:
             deadline = time.time() + args.turn_timeout
             while len(stats) == n_stats and time.time() < deadline:
                 time.sleep(0.05)
-            # the turn ends when the assistant is idle and nothing plays (the person waits for the robot)
-            while time.time() < deadline and not (graph.idle.is_set() and not playing.is_set()
-                                                  and synth._play.empty() and synth._say.empty()):
+            # the turn ends when the assistant is idle and nothing has played for a second (the person waits for the
+            # robot): between a reply's first clause and the rest nothing plays for a moment, and a request sent
+            # there went in over the robot's voice (a barge-in; one was taken for echo and never heard)
+            quiet_since = None
+            while time.time() < deadline:
+                quiet = (graph.idle.is_set() and not playing.is_set() and synth._play.empty()
+                         and synth._say.empty())
+                quiet_since = (quiet_since or time.time()) if quiet else None
+                if quiet_since is not None and time.time() - quiet_since >= 1.0:
+                    break
                 time.sleep(0.05)
-            time.sleep(0.3)
             s = stats[n_stats] if len(stats) > n_stats else None
             row = {"i": i, "voice": who, "said": text, "heard": s.transcript if s else "",
                    "tools": tools[n_tools:], **{k: (getattr(s, k) if s else None) for k in STAGES}}
