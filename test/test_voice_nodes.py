@@ -77,6 +77,19 @@ def voice_nodes(ros, models, tmp_path=None, wav=None, **recognizer):
     return rec, synth
 
 
+def test_a_wav_file_hears_no_speaker_so_no_echo_is_expected(ros, models, tmp_path):
+    """A WAV source has no acoustic path from the robot's speaker: no echo gate (it took a person's words over a long
+    reply for the robot's own voice) and no suppression. Negative control: a robot's mic driver keeps both."""
+    wav = tmp_path / "quiet.wav"
+    write_wav(wav, Pcm(to_int16(np.zeros(MODEL_RATE // 10, np.float32)), MODEL_RATE))
+    rec, _ = voice_nodes(ros, models, wav=wav)
+    assert not rec.config.echo.enabled and not rec.config.echo.suppress and not rec.gate.cfg.enabled
+    loud = np.full(512, 0.5, np.float32)
+    rec.gate.add_reference(loud, 0.0)
+    assert not rec.gate.is_echo(loud, 0.032)
+    assert RecognizerConfig().echo.enabled and RecognizerConfig().echo.suppress
+
+
 def test_a_spoken_request_moves_the_robot_and_its_spoken_reply_says_what_it_wrote(ros, models, tmp_path):
     _, _, probe = start(ros, SCRIPT)
     voice = VoiceProbe(ros)

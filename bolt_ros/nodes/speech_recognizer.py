@@ -45,6 +45,12 @@ class SpeechRecognizer(Node):
         except ValueError:
             self.destroy_node()
             raise
+        if cfg.source == "wav" and (cfg.echo.enabled or cfg.echo.suppress):
+            # a file hears no speaker: the gate expected the robot's voice in it at its played level and took the
+            # person's words over a long reply for that echo (a WAV demo's "Turn your head to the right, please."
+            # came out "Please."); taking out a voice that isn't there only distorts the person's
+            self.config = cfg = cfg.model_copy(update={"echo": cfg.echo.model_copy(update={"enabled": False,
+                                                                                          "suppress": False})})
         from bolt_ros.voice.asr import Transcriber  # faster-whisper: imported only where it runs
         self.vad = vad or SileroVad()
         self.asr = transcriber or Transcriber(cfg.asr)
