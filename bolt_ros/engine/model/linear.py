@@ -445,11 +445,9 @@ class QuantLinear(nn.Module):
         call (kernels/cpu/layer.py) multiplies with."""
         if self.scheme != "blocks":
             return None
-        parts = getattr(self, "_block_parts", None)
-        if parts is None:
-            parts = getattr(self, "_own_parts", None)
-            if parts is None:
-                parts = self._own_parts = native.BlockParts([(self.blocks, self.ggml_type, self.out_features)])
+        parts = getattr(self, "_block_parts", None) or getattr(self, "_own_parts", None)
+        if parts is None:  # a single weight's parts, built once
+            parts = self._own_parts = native.BlockParts([(self.blocks, self.ggml_type, self.out_features)])
         return parts
 
     def _refine_top(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from bolt_ros.engine.model.kv_cache import KVCache
 from bolt_ros.engine.model.linear import QuantLinear
 from bolt_ros.engine.model.weights import WeightStore
 from bolt_ros.kernels import ops
-from bolt_ros.kernels.cpu.layer import ACTIVATIONS, LayerPlan
+from bolt_ros.kernels.cpu.layer import LayerPlan
 from bolt_ros.kernels.rope import RopeAngles
 
 
@@ -117,18 +117,17 @@ class Block(nn.Module):
             return m.native_parts() if isinstance(m, QuantLinear) else None
 
         lins = [parts(m) for m in (self.wqkv, self.wo, self.w_gate_up, self.w_down)]
-        vectors = [self.attn_norm, self.ffn_norm] + ([self.post_attn_norm, self.post_ffn_norm] if cfg.post_norms
-                                                     else [])
-        if (any(p is None for p in lins) or cfg.ple_dim or self.out_scale is not None
-                or cfg.activation not in ACTIVATIONS or lins[2].n_out % 2
-                or any(v.dtype != torch.float32 or v.device.type != "cpu" or not v.is_contiguous() for v in vectors)):
+        if any(p is None for p in lins) or cfg.ple_dim or self.out_scale is not None:
             return None
         post = cfg.post_norms
-        return LayerPlan(n_embd=cfg.n_embd, n_ff=lins[2].n_out // 2, eps=cfg.rms_eps, activation=cfg.activation,
-                         attn_norm=self.attn_norm, ffn_norm=self.ffn_norm,
-                         post_attn_norm=self.post_attn_norm if post else None,
-                         post_ffn_norm=self.post_ffn_norm if post else None, qkv=lins[0], o=lins[1],
-                         gate_up=lins[2], down=lins[3], heads=self.heads)
+        try:  # LayerPlan refuses what layer_step.c can't take (another activation, sizes, non-fp32 vectors)
+            return LayerPlan(n_embd=cfg.n_embd, n_ff=lins[2].n_out // 2, eps=cfg.rms_eps, activation=cfg.activation,
+                             attn_norm=self.attn_norm, ffn_norm=self.ffn_norm,
+                             post_attn_norm=self.post_attn_norm if post else None,
+                             post_ffn_norm=self.post_ffn_norm if post else None, qkv=lins[0], o=lins[1],
+                             gate_up=lins[2], down=lins[3], heads=self.heads)
+        except ValueError:
+            return None
 
     def attention(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache, angles: RopeAngles,
                   vis: ops.Visibility) -> torch.Tensor:
@@ -222,7 +221,7 @@ class Transformer(nn.Module):
             # before the ring first wraps (end <= S) position p sits in slot p, so no slot from `end` on holds a
             # key any of this step's queries sees: the scan stops there (a fresh 512-token prefill over a 1024-slot
             # ring attended to 512 empty slots)
-            n = end if end <= lc.n_slots else lc.n_slots
+            n = min(end, lc.n_slots)
             kpos = lc.slot_positions_after(positions)[:n]  # [n]
             q = positions[:, None]  # [T, 1]
             allowed = (kpos[None, :] >= 0) & (kpos[None, :] <= q)
