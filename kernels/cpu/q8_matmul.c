@@ -76,8 +76,11 @@ static void unpack_row(int t, const uint8_t *w, int64_t K, Row *r) {
     unpack_scalar(t, w, K, r);
 }
 
+/* unpack buffers per thread: with PAIR two rows' staging, then NU units (pairs interleaved, or rows) */
+#define UBUF (DUP == 2 ? 2 : 0)
+
 /* R <= 8 weight rows (rb bytes apart) against all M rows of x: y[m * ystride + r]; r: this thread's unpack buffers
- * (r[0]; with PAIR r[1] too and r[2] for the two interleaved) */
+ * (r[0]: a row; with PAIR r[0], r[1] a pair's staging; then the NU units from r[UBUF]) */
 static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, Row *r,
                         float *y, int64_t ystride) {
 #ifdef SIMD
@@ -92,31 +95,38 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
         }
         return;
     }
-    for (int i = 0; i < R; i += DUP) {
-        const uint8_t *wr = w + i * rb;
+    for (int i0 = 0; i0 < R; i0 += NU * DUP) {  /* up to NU units of DUP weight rows, unpacked, then every chunk */
+        int nu = 0;
+        const Row *rr[NU];
+        for (int i = i0; i < R && i < i0 + NU * DUP; i += DUP, nu++) {
+            const uint8_t *wr = w + i * rb;
+            Row *u = &r[UBUF + nu];
 #ifdef PAIR  /* an odd last row goes with itself, its twin's lanes unused */
-        const uint8_t *w2 = i + 1 < R ? wr + rb : wr;
-        if (t == Q4_0 || t == Q5_0 || t == Q8_0) {
-            unpack_pair_legacy(t, wr, w2, K, &r[2]);
-        } else if (t == Q4_K || t == Q6_K) {
-            unpack_pair_k(t, wr, w2, K, &r[0], &r[1], &r[2]);
-        } else {
-            unpack_row(t, wr, K, &r[0]);
-            unpack_row(t, w2, K, &r[1]);
-            interleave_rows(t, K, &r[0], &r[1], &r[2]);
-        }
-        const Row *rr = &r[2];
+            const uint8_t *w2 = i + 1 < R ? wr + rb : wr;
+            if (t == Q4_0 || t == Q5_0 || t == Q8_0) {
+                unpack_pair_legacy(t, wr, w2, K, u);
+            } else if (t == Q4_K || t == Q6_K) {
+                unpack_pair_k(t, wr, w2, K, &r[0], &r[1], u);
+            } else {
+                unpack_row(t, wr, K, &r[0]);
+                unpack_row(t, w2, K, &r[1]);
+                interleave_rows(t, K, &r[0], &r[1], u);
+            }
 #else
-        unpack_row(t, wr, K, &r[0]);
-        const Row *rr = &r[0];
+            unpack_row(t, wr, K, u);
 #endif
-        /* the unpack's first touch of a row's bytes held a quarter of a verify product's samples */
-        prefetch_row(wr + DUP * rb, DUP * rb);
-        float lanes[XLANES];
+            rr[nu] = u;
+        }
+        /* the next tile's rows (this thread's rows are contiguous): the unpack's first touch of its rows' bytes held a
+         * quarter of a verify product's samples */
+        Ahead pf = {w + (i0 + NU * DUP) * rb, rb, rb / (K / block_len(t)), NU * DUP};
+        float lanes[NU * XLANES];
         for (int64_t c = 0; c * LANES < M; c++) {
-            rows_simd(t, rr, K, xq, c, lanes);
-            for (int64_t l = 0; l < LANES && c * LANES + l < M; l++)
-                for (int d = 0; d < DUP && i + d < R; d++) y[(c * LANES + l) * ystride + i + d] = lanes[l * DUP + d];
+            rows_simd(t, rr, nu, K, xq, c, c == 0 ? &pf : NULL, lanes);
+            for (int u = 0; u < nu; u++)
+                for (int64_t l = 0; l < LANES && c * LANES + l < M; l++)
+                    for (int d = 0; d < DUP && i0 + u * DUP + d < R; d++)
+                        y[(c * LANES + l) * ystride + i0 + u * DUP + d] = lanes[u * XLANES + l * DUP + d];
         }
     }
 #else
@@ -128,7 +138,7 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
 #endif
 }
 
-#define NBUF (DUP == 2 ? 3 : 1)  /* unpack buffers per thread: a row, or two and the pair interleaved */
+#define NBUF (UBUF + NU)
 
 /* one thread's unpack buffers for K (n = 2: two rows interleaved); 1, or 0 for no memory */
 static int row_alloc(Row *r, int64_t K, int64_t nbp, int n) {
@@ -140,11 +150,12 @@ static int row_alloc(Row *r, int64_t K, int64_t nbp, int n) {
     r->mnp = calloc((size_t)(n * (K / 64 + 8)), sizeof(int32_t));
     r->scp = calloc((size_t)(n * (K / 32 + 8)), sizeof(int32_t));
     r->pbuf = aligned_alloc(64, sizeof(float) * (size_t)((K / 256 + 8) * 64));
-    return r->q && r->dw && r->mw && r->sc && r->mn && r->mnp && r->scp && r->pbuf;
+    r->dh = calloc((size_t)(n * nbp), sizeof(uint16_t));
+    return r->q && r->dw && r->mw && r->sc && r->mn && r->mnp && r->scp && r->pbuf && r->dh;
 }
 
 static void row_free(Row *r) {
-    free(r->q); free(r->dw); free(r->mw); free(r->sc); free(r->mn); free(r->mnp); free(r->scp); free(r->pbuf);
+    free(r->q); free(r->dw); free(r->mw); free(r->sc); free(r->mn); free(r->mnp); free(r->scp); free(r->pbuf); free(r->dh);
 }
 
 /* y [M, sum N_p] = x [M, K] @ [W_0; W_1; ...]^T for n_parts weights side by side (q|k|v, gate|up), each [N_p, K] in
@@ -170,7 +181,7 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
         {
             Row r[NBUF];
             int ok = 1;
-            for (int i = 0; i < NBUF; i++) ok &= row_alloc(&r[i], K, nbp, i == 2 ? 2 : 1);
+            for (int i = 0; i < NBUF; i++) ok &= row_alloc(&r[i], K, nbp, i >= UBUF ? DUP : 1);
             int64_t off = 0;
             for (int p = 0; p < n_parts && ok; p++) {
                 int t = types[p];

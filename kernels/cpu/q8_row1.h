@@ -234,13 +234,6 @@ static inline float q6_k_p(const uint8_t *wb, const int8_t *xb, float dx, const 
     return block_p(0, hsum_i32(a) - 32 * cor, 0, f16c(wb + 208), 0.0f, dx);
 }
 
-/* the next weight row comes in while this one is multiplied (this thread's rows are contiguous): for verify rows,
- * where a row's arithmetic is long enough to hide it (one row at a time it measured no gain: the hardware prefetcher
- * keeps up with a plain stream) */
-static inline void prefetch_row(const uint8_t *p, int64_t rb) {
-    for (int64_t o = 0; o < rb; o += 64) __builtin_prefetch(p + o);
-}
-
 /* R <= 8 weight rows (rb bytes apart) against one row of x, along K: out[r]. Each weight row is read through in turn
  * (one memory stream: interleaving the 8 rows' bytes tripled the time of the cold Q8_0 head), its products kept in
  * pbuf [groups][8 rows][8]; then the rows' trees run side by side as lanes, so their float tails overlap instead of

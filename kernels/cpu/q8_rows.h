@@ -56,103 +56,143 @@ typedef __m256 vf;
 #define WI_ALL(v) _mm256_set1_epi32(v)
 #endif
 
-/* sum over n4 groups of 4 unsigned codes at u of u . x, x's groups at xt (XLANES each), in two chains */
-static inline vi dot_groups(const int8_t *u, const int32_t *xt, int n4) {
-    vi a0 = VI_ZERO, a1 = VI_ZERO;
-    for (int c = 0; c < n4; c += 2) {
-        a0 = VI_DOT(a0, WI(u + GB * c), VI_LOAD(xt + c * XLANES));
-        a1 = VI_DOT(a1, WI(u + GB * c + GB), VI_LOAD(xt + (c + 1) * XLANES));
-    }
-    return VI_ADD(a0, a1);
-}
-
-/* the 32 unsigned codes at u times x (signed) at xt, in two chains; AVX2's Q8_0 (sq): signed codes, |q| times x with
- * q's sign */
-static inline vi dot_block_u(const int8_t *u, const int32_t *xt, int sq) {
+/* A tile of NU weight units (a unit: two weight rows interleaved with PAIR, one row without) against one chunk of
+ * x's rows, block by block: each x group is loaded once per block and meets every unit in registers, so a vpdpbusd
+ * costs ~1 load (the units' broadcast codes) instead of 2 (one unit at a time also reloaded x's group: the rows
+ * product was bound by loads, ~25 multiply-adds a cycle of vpdpbusd's 64 on a Zen 5). Each lane's integers are exact
+ * however they are summed, and its float side is the one order of q8_matmul.c, so the bits are unchanged. */
+/* the 32-block's dot for one unit: codes at u, x's 8 groups in xg, from a (x's offset term); AVX2's Q8_0 (sq):
+ * signed codes, |q| times x with q's sign */
+static inline __attribute__((always_inline)) vi block_dot(const int8_t *u, const vi xg[8], vi a, int sq) {
+    vi b = VI_ZERO;
 #if SIGNED_Q8
     if (sq) {
-        vi a0 = VI_ZERO, a1 = VI_ZERO;
-        for (int c = 0; c < 8; c += 2) {
-            a0 = dot_ss(a0, WI(u + GB * c), VI_LOAD(xt + c * XLANES));
-            a1 = dot_ss(a1, WI(u + GB * c + GB), VI_LOAD(xt + (c + 1) * XLANES));
+        for (int k = 0; k < 8; k += 2) {
+            a = dot_ss(a, WI(u + GB * k), xg[k]);
+            b = dot_ss(b, WI(u + GB * k + GB), xg[k + 1]);
         }
-        return VI_ADD(a0, a1);
+        return VI_ADD(a, b);
     }
 #else
     (void)sq;
 #endif
-    return dot_groups(u, xt, 8);
+    for (int k = 0; k < 8; k += 2) {
+        a = VI_DOT(a, WI(u + GB * k), xg[k]);
+        b = VI_DOT(b, WI(u + GB * k + GB), xg[k + 1]);
+    }
+    return VI_ADD(a, b);
 }
 
-/* one 32-block b of the chunk: its products, lanes: rows (x rows, times weight rows A | B with PAIR) */
-static inline __attribute__((always_inline)) vf legacy_lanes(const Row *r, int64_t K, const XQ *xq, int64_t c,
-                                                             int64_t b, int off, int sq, int mins, const int32_t *xt,
-                                                             const float *dt) {
-    vi isum = dot_block_u(r->q + 32 * DUP * b, xt + 8 * b * XLANES, sq);
+/* n4 groups of 4 codes at u against x's groups in xg (n4: 4 or 8) */
+static inline __attribute__((always_inline)) vi sub_dot(const int8_t *u, const vi *xg, int n4) {
+    vi a = VI_ZERO, b = VI_ZERO;
+    for (int k = 0; k < n4; k += 2) {
+        a = VI_DOT(a, WI(u + GB * k), xg[k]);
+        b = VI_DOT(b, WI(u + GB * k + GB), xg[k + 1]);
+    }
+    return VI_ADD(a, b);
+}
+
+/* 32-block b of the chunk for every unit: p[u] (lanes: rows, times weight rows A | B with PAIR) */
+static inline __attribute__((always_inline)) void legacy_block(const Row *const *rr, int nu, int64_t K, const XQ *xq,
+                                                              int64_t c, int64_t b, int off, int sq, int mins,
+                                                              const int32_t *xt, const float *dt, vf p[NU]) {
+    vi xg[8];
+    for (int k = 0; k < 8; k++) xg[k] = VI_LOAD(xt + (8 * b + k) * XLANES);
     vi sx = VI_LOAD(xq->s32t + (c * (K / 32) + b) * XLANES);
-    if (off) isum = VI_SUB(isum, VI_MUL(sx, WI_ALL(off)));
+    vi base = off ? VI_SUB(VI_ZERO, VI_MUL(sx, WI_ALL(off))) : VI_ZERO;  /* - off * sum(x), once for all units */
     vf dx = VF_LOAD(dt + b * XLANES);
-    vf pb = VF_MUL(VF_CVT(isum), VF_MUL(WF(r->dw + DUP * b), dx));
-    return mins ? VF_ADD(pb, VF_MUL(VF_CVT(sx), VF_MUL(WF(r->mw + DUP * b), dx))) : pb;
+    for (int u = 0; u < nu; u++) {
+        vi isum = block_dot(rr[u]->q + 32 * DUP * b, xg, base, sq);
+        vf pb = VF_MUL(VF_CVT(isum), VF_MUL(WF(rr[u]->dw + DUP * b), dx));
+        p[u] = mins ? VF_ADD(pb, VF_MUL(VF_CVT(sx), VF_MUL(WF(rr[u]->mw + DUP * b), dx))) : pb;
+    }
 }
 
-/* one superblock b of the chunk: its product, lanes: rows */
-static inline __attribute__((always_inline)) vf k_lanes(int t, const Row *r, int64_t K, const XQ *xq, int64_t c,
-                                                        int64_t b, int mins, const int32_t *xt, const float *dt) {
+/* superblock b of the chunk for every unit: p[u]. Sub-block by sub-block, x's groups loaded once for the units. */
+static inline __attribute__((always_inline)) void k_block(int t, const Row *const *rr, int nu, int64_t K,
+                                                         const XQ *xq, int64_t c, int64_t b, int mins,
+                                                         const int32_t *xt, const float *dt, vf p[NU]) {
     int sl = sub_len(t);
-    vi isum = VI_ZERO, jsum = VI_ZERO;
+    vi isum[NU];
+    for (int u = 0; u < NU; u++) isum[u] = VI_ZERO;
     for (int s = 0; s < 256 / sl; s++) {
         int64_t e = 256 * b + sl * s;
-        isum = VI_ADD(isum, VI_MUL(dot_groups(r->q + DUP * e, xt + (e / 4) * XLANES, sl / 4),
-                                   WI(r->sc + DUP * (e / sl))));
+        vi xg[8];
+        for (int k = 0; k < sl / 4; k++) xg[k] = VI_LOAD(xt + (e / 4 + k) * XLANES);
+        for (int u = 0; u < nu; u++)
+            isum[u] = VI_ADD(isum[u], VI_MUL(sub_dot(rr[u]->q + DUP * e, xg, sl / 4), WI(rr[u]->sc + DUP * (e / sl))));
     }
     if (t == Q6_K) {  /* - 32 sum_s sc_s sum(x)_s, the pairs of 16-sums times the pairs of scales */
         const int32_t *h = xq->h16t + (c * (K / 32) + 8 * b) * XLANES;
-        vi cor = VI_ZERO;
-        for (int i = 0; i < 8; i++) cor = VI_MADD(cor, VI_LOAD(h + i * XLANES), WI(r->scp + DUP * (8 * b + i)));
-        isum = VI_SUB(isum, VI_SLL5(cor));
+        vi hv[8];
+        for (int i = 0; i < 8; i++) hv[i] = VI_LOAD(h + i * XLANES);
+        for (int u = 0; u < nu; u++) {
+            vi cor = VI_ZERO;
+            for (int i = 0; i < 8; i++) cor = VI_MADD(cor, hv[i], WI(rr[u]->scp + DUP * (8 * b + i)));
+            isum[u] = VI_SUB(isum[u], VI_SLL5(cor));
+        }
     }
     vf dx = VF_LOAD(dt + b * XLANES);
-    vf pb = VF_MUL(VF_CVT(isum), VF_MUL(WF(r->dw + DUP * b), dx));
-    if (!mins) return pb;
-    const int32_t *h = xq->h32t + (c * (K / 64) + 4 * b) * XLANES;
-    for (int i = 0; i < 4; i++) jsum = VI_MADD(jsum, VI_LOAD(h + i * XLANES), WI(r->mnp + DUP * (4 * b + i)));
-    return VF_ADD(pb, VF_MUL(VF_CVT(VI_SUB(VI_ZERO, jsum)), VF_MUL(WF(r->mw + DUP * b), dx)));
+    vi hm[4];
+    if (mins)
+        for (int i = 0; i < 4; i++) hm[i] = VI_LOAD(xq->h32t + (c * (K / 64) + 4 * b + i) * XLANES);
+    for (int u = 0; u < nu; u++) {
+        vf pb = VF_MUL(VF_CVT(isum[u]), VF_MUL(WF(rr[u]->dw + DUP * b), dx));
+        if (mins) {
+            vi jsum = VI_ZERO;
+            for (int i = 0; i < 4; i++) jsum = VI_MADD(jsum, hm[i], WI(rr[u]->mnp + DUP * (4 * b + i)));
+            pb = VF_ADD(pb, VF_MUL(VF_CVT(VI_SUB(VI_ZERO, jsum)), VF_MUL(WF(rr[u]->mw + DUP * b), dx)));
+        }
+        p[u] = pb;
+    }
+}
+
+/* The next tile's weight rows, fetched while this tile is multiplied: a block's share of each row per block, so the
+ * requests spread over the product's arithmetic. All at once before it (or during the unpack) they queued on the
+ * cache's miss buffers and stalled the unpack: the cold head at 8 rows took 25 % longer than with no tiles. */
+typedef struct {
+    const uint8_t *w;    /* the first row */
+    int64_t rb, bb, n;   /* bytes per row, per block; rows */
+} Ahead;
+
+static inline void ahead_block(const Ahead *pf, int64_t b) {
+    for (int64_t r = 0; r < pf->n; r++)  /* the lines block b's bytes start in (a line a block, or a few) */
+        for (int64_t o = pf->bb * b & ~(int64_t)63; o < pf->bb * (b + 1); o += 64)
+            __builtin_prefetch(pf->w + r * pf->rb + o);
 }
 
 static inline vf tree8v(const vf p[8]) {
     return VF_ADD(VF_ADD(VF_ADD(p[0], p[1]), VF_ADD(p[2], p[3])), VF_ADD(VF_ADD(p[4], p[5]), VF_ADD(p[6], p[7])));
 }
 
-/* out[XLANES] for the chunk's LANES rows (c: the chunk; PAIR: out[2l], out[2l + 1] = x row l times rows A, B); whole groups of 8 blocks unrolled, the last one padded with 0.
+/* out[u][XLANES] for the chunk's LANES rows and nu <= NU units (c: the chunk; PAIR: out[u][2l], out[u][2l + 1] = x
+ * row l times the unit's rows A, B); groups of 8 blocks, the last one padded with 0, each unit's tree as one row's.
  * Inlined into rows_simd once per type, so that t is a constant: a sub-block's length and index are shifts, not an
  * idiv per sub-block (perf: the idiv and the loop around 4 dot instructions held a third of Q6_K's samples) */
-static inline __attribute__((always_inline)) void rows_t(int t, const Row *r, int64_t K, const XQ *xq, int64_t c,
-                                                         float *out) {
+static inline __attribute__((always_inline)) void rows_t(int t, const Row *const *rr, int nu, int64_t K, const XQ *xq,
+                                                         int64_t c, const Ahead *pf, float *out) {
     int mins = has_min(t), sq = t == Q8_0 && SIGNED_Q8;
     int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : t == Q8_0 && !SIGNED_Q8 ? 128 : 0;
-    int64_t nb = K / block_len(t), full = nb / 8 * 8;
+    int64_t nb = K / block_len(t);
     const int32_t *xt = xq->qt + c * (K / 4) * XLANES;
     const float *dt = xq->dt + c * xq->nbp * XLANES;
-    vf acc = VF_ZERO, p[8];
-    if (!is_k(t)) {
-        for (int64_t g = 0; g < full; g += 8) {
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) p[i] = legacy_lanes(r, K, xq, c, g + i, off, sq, mins, xt, dt);
-            acc = VF_ADD(acc, tree8v(p));
+    vf acc[NU], p[NU][8], pb[NU];
+    for (int u = 0; u < NU; u++) acc[u] = VF_ZERO;
+    for (int64_t g = 0; g < nb; g += 8) {
+        for (int i = 0; i < 8; i++) {
+            if (pf && g + i < nb) ahead_block(pf, g + i);
+            if (g + i >= nb)
+                for (int u = 0; u < NU; u++) pb[u] = VF_ZERO;
+            else if (is_k(t))
+                k_block(t, rr, nu, K, xq, c, g + i, mins, xt, dt, pb);
+            else
+                legacy_block(rr, nu, K, xq, c, g + i, off, sq, mins, xt, dt, pb);
+            for (int u = 0; u < nu; u++) p[u][i] = pb[u];
         }
-        if (full < nb) {
-            for (int i = 0; i < 8; i++)
-                p[i] = full + i < nb ? legacy_lanes(r, K, xq, c, full + i, off, sq, mins, xt, dt) : VF_ZERO;
-            acc = VF_ADD(acc, tree8v(p));
-        }
-    } else {
-        for (int64_t g = 0; g < nb; g += 8) {
-            for (int i = 0; i < 8; i++) p[i] = g + i < nb ? k_lanes(t, r, K, xq, c, g + i, mins, xt, dt) : VF_ZERO;
-            acc = VF_ADD(acc, tree8v(p));
-        }
+        for (int u = 0; u < nu; u++) acc[u] = VF_ADD(acc[u], tree8v(p[u]));
     }
-    VF_STORE(out, acc);
+    for (int u = 0; u < nu; u++) VF_STORE(out + u * XLANES, acc[u]);
 }
 
 #ifdef PAIR
@@ -163,13 +203,55 @@ static inline void store_pair(int8_t *q, __m256i A, __m256i B) {
     _mm256_storeu_si256((__m256i *)(q + 32), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
+/* A's and B's 32 codes side by side in a zmm, dwords [A's 8 groups | B's 8 groups] (or, for the nibble types,
+ * [A 0..15 | B 0..15 | A 16..31 | B 16..31]: the halves as the bytes hold them), into the interleaved pair form: per
+ * 4-code group A's 4 then B's 4, one vpermd and one store (two unpacks, two lane permutes and two stores before; the
+ * pair's unpacking was ~40 % of a Q5_0 verify product) */
+static inline void store_pair_z(int8_t *q, __m512i ab, int halves) {
+    const __m512i by_rows = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    const __m512i by_halves = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    _mm512_storeu_si512((void *)q, _mm512_permutexvar_epi32(halves ? by_halves : by_rows, ab));
+}
+
 /* Q4_0 / Q5_0 / Q8_0 rows at wa, wb unpacked straight into the interleaved form (no row buffers between) */
-static void unpack_pair_legacy(int t, const uint8_t *wa, const uint8_t *wb, int64_t K, Row *p) {
+static inline __attribute__((always_inline)) void pair_legacy_t(int t, const uint8_t *wa, const uint8_t *wb,
+                                                                 int64_t K, Row *p) {
     int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    uint16_t *h = p->dh;  /* the scales' fp16 bits, converted 16 at a time after the loop */
     for (int64_t b = 0; b < K / 32; b++, wa += bytes, wb += bytes) {
-        p->dw[2 * b] = f16c(wa);
-        p->dw[2 * b + 1] = f16c(wb);
-        store_pair(p->q + 64 * b, legacy_codes(t, wa), legacy_codes(t, wb));
+        memcpy(h + 2 * b, wa, 2);
+        memcpy(h + 2 * b + 1, wb, 2);
+        if (t == Q8_0) {
+            __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wa + 2))),
+                                            _mm256_loadu_si256((const __m256i *)(wb + 2)), 1);
+            store_pair_z(p->q + 64 * b, _mm512_xor_si512(ab, _mm512_set1_epi8((char)0x80)), 0);
+            continue;
+        }
+        int o = t == Q4_0 ? 2 : 6;
+        __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(wa + o))),
+                                            _mm_loadu_si128((const __m128i *)(wb + o)), 1);  /* [A 16 | B 16] */
+        __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, low)),
+                                        _mm256_and_si256(_mm256_srli_epi16(v, 4), low), 1);
+        if (t == Q5_0) {  /* fifth bits in the same order: A 0..15, B 0..15, A 16..31, B 16..31 */
+            uint32_t ha, hb;
+            memcpy(&ha, wa + 2, 4);
+            memcpy(&hb, wb + 2, 4);
+            uint64_t m = (uint64_t)(ha & 0xFFFF) | (uint64_t)(hb & 0xFFFF) << 16 | (uint64_t)(ha >> 16) << 32
+                       | (uint64_t)(hb >> 16) << 48;
+            ab = _mm512_or_si512(ab, _mm512_maskz_mov_epi8((__mmask64)m, _mm512_set1_epi8(0x10)));
+        }
+        store_pair_z(p->q + 64 * b, ab, 1);
+    }
+    for (int64_t i = 0; i < 2 * (K / 32); i += 16)  /* dh and dw hold whole 16s */
+        _mm512_storeu_ps(p->dw + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+}
+
+static void unpack_pair_legacy(int t, const uint8_t *wa, const uint8_t *wb, int64_t K, Row *p) {
+    switch (t) {  /* t a constant in each: no type tests in the loop */
+    case Q4_0: pair_legacy_t(Q4_0, wa, wb, K, p); break;
+    case Q5_0: pair_legacy_t(Q5_0, wa, wb, K, p); break;
+    default: pair_legacy_t(Q8_0, wa, wb, K, p); break;
     }
 }
 
@@ -205,14 +287,15 @@ static void interleave_rows(int t, int64_t K, const Row *a, const Row *b, Row *p
 }
 #endif
 
-static void rows_simd(int t, const Row *r, int64_t K, const XQ *xq, int64_t c, float *out) {
+static void rows_simd(int t, const Row *const *rr, int nu, int64_t K, const XQ *xq, int64_t c, const Ahead *pf,
+                      float *out) {
     switch (t) {
-    case Q4_0: rows_t(Q4_0, r, K, xq, c, out); break;
-    case Q5_0: rows_t(Q5_0, r, K, xq, c, out); break;
-    case Q8_0: rows_t(Q8_0, r, K, xq, c, out); break;
-    case Q4_K: rows_t(Q4_K, r, K, xq, c, out); break;
-    case Q6_K: rows_t(Q6_K, r, K, xq, c, out); break;
-    default: rows_t(t, r, K, xq, c, out); break;  /* Q4_1, Q5_1, Q5_K: unpacked by the scalar loop */
+    case Q4_0: rows_t(Q4_0, rr, nu, K, xq, c, pf, out); break;
+    case Q5_0: rows_t(Q5_0, rr, nu, K, xq, c, pf, out); break;
+    case Q8_0: rows_t(Q8_0, rr, nu, K, xq, c, pf, out); break;
+    case Q4_K: rows_t(Q4_K, rr, nu, K, xq, c, pf, out); break;
+    case Q6_K: rows_t(Q6_K, rr, nu, K, xq, c, pf, out); break;
+    default: rows_t(t, rr, nu, K, xq, c, pf, out); break;  /* Q4_1, Q5_1, Q5_K: unpacked by the scalar loop */
     }
 }
 #endif /* SIMD */

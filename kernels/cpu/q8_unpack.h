@@ -17,6 +17,7 @@ typedef struct {
     float *dw, *mw;
     int32_t *sc, *mn, *mnp, *scp;
     float *pbuf;  /* tile1's products: (K / 256 + 8) * 64 floats */
+    uint16_t *dh;  /* a pair's scales as fp16 bits, 2 nbp (q8_rows.h) */
 } Row;
 
 /* Q4_K / Q5_K superblock sb at w: its 6-bit scales and mins per 32, and the mins in pairs for vpmaddwd */
