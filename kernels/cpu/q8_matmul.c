@@ -106,7 +106,7 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
             if (t == Q4_0 || t == Q5_0 || t == Q8_0) {
                 unpack_pair_legacy(t, wr, w2, K, u);
             } else if (t == Q4_K || t == Q6_K) {
-                unpack_pair_k(t, wr, w2, K, &r[0], &r[1], u);
+                unpack_pair_k(t, wr, w2, K, u);
             } else {
                 unpack_row(t, wr, K, &r[0]);
                 unpack_row(t, w2, K, &r[1]);

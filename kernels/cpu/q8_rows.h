@@ -266,16 +266,86 @@ static void pair_scalars(int t, const Row *a, const Row *b, Row *p, int64_t b0, 
 #undef PAIR_UP
 }
 
-/* Q4_K / Q6_K rows at wa, wb unpacked into the interleaved form; their scalars pass through a, b */
-static void unpack_pair_k(int t, const uint8_t *wa, const uint8_t *wb, int64_t K, Row *a, Row *b, Row *p) {
-    int bytes = t == Q4_K ? 144 : 210;
+/* two rows' 32 bytes at a, b as one zmm [a | b] */
+static inline __m512i ld_ab(const uint8_t *a, const uint8_t *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* int32 lanes of A and of B (8 each, or 16 with hi) interleaved, A's lane i then B's: the pair form of a scalar */
+static inline __m512i inter32(__m512i a, __m512i b, int hi) {
+    const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    return _mm512_permutex2var_epi32(a, hi ? hi_idx : lo_idx, b);
+}
+
+/* Q4_K's 12 scale bytes at q: the 8 scales and the 8 mins k_scale_min gives, a byte each, 4 at a time */
+static inline void q4k_scale_bytes(const uint8_t *q, uint64_t *sc, uint64_t *mn) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, q, 4);
+    memcpy(&u1, q + 4, 4);
+    memcpy(&u2, q + 8, 4);
+    *sc = (uint64_t)(u0 & 0x3F3F3F3F) | (uint64_t)((u2 & 0x0F0F0F0F) | ((u0 >> 6) & 0x03030303) << 4) << 32;
+    *mn = (uint64_t)(u1 & 0x3F3F3F3F) | (uint64_t)(((u2 >> 4) & 0x0F0F0F0F) | ((u1 >> 6) & 0x03030303) << 4) << 32;
+}
+
+/* Q4_K / Q6_K rows at wa, wb straight into the interleaved form, both rows in each zmm (codes, scales, the pairs
+ * of int16 scales and mins): the scalar scale decode and the pair copies were ~40 % of a Q4_K verify product */
+static inline __attribute__((always_inline)) void pair_k_t(int t, const uint8_t *wa, const uint8_t *wb, int64_t K,
+                                                          Row *p) {
+    const int bytes = t == Q4_K ? 144 : 210;
+    const __m512i low = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(3);
     for (int64_t sb = 0; sb < K / 256; sb++, wa += bytes, wb += bytes) {
-        __m256i A[8], B[8];
-        k_superblock(t, wa, sb, a, A);
-        k_superblock(t, wb, sb, b, B);
-        for (int k = 0; k < 8; k++) store_pair(p->q + 512 * sb + 64 * k, A[k], B[k]);
+        int8_t *q = p->q + 512 * sb;
+        if (t == Q4_K) {
+            p->dw[2 * sb] = f16c(wa);
+            p->dw[2 * sb + 1] = f16c(wb);
+            p->mw[2 * sb] = f16c(wa + 2);
+            p->mw[2 * sb + 1] = f16c(wb + 2);
+            for (int g = 0; g < 4; g++) {  /* 32 bytes: elements 64g + 0..31 (low nibbles), 64g + 32..63 (high) */
+                __m512i v = ld_ab(wa + 16 + 32 * g, wb + 16 + 32 * g);
+                store_pair_z(q + 128 * g, _mm512_and_si512(v, low), 0);
+                store_pair_z(q + 128 * g + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), low), 0);
+            }
+            uint64_t sa, ma, sbb, mb;
+            q4k_scale_bytes(wa + 4, &sa, &ma);
+            q4k_scale_bytes(wb + 4, &sbb, &mb);
+            __m512i scA = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sa)));
+            __m512i scB = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sbb)));
+            _mm512_storeu_si512((void *)(p->sc + 16 * sb), inter32(scA, scB, 0));
+            __m128i mA = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)ma));  /* 4 pairs of int16 mins */
+            __m128i mB = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mb));
+            _mm_storeu_si128((__m128i *)(p->mnp + 8 * sb), _mm_unpacklo_epi32(mA, mB));
+            _mm_storeu_si128((__m128i *)(p->mnp + 8 * sb + 4), _mm_unpackhi_epi32(mA, mB));
+            continue;
+        }
+        p->dw[2 * sb] = f16c(wa + 208);
+        p->dw[2 * sb + 1] = f16c(wb + 208);
+        for (int half = 0; half < 2; half++) {  /* q6_k_codes on both rows at once */
+            const uint8_t *qa = wa + 64 * half, *qb = wb + 64 * half;
+            __m512i l0 = ld_ab(qa, qb), l1 = ld_ab(qa + 32, qb + 32);
+            __m512i h = ld_ab(wa + 128 + 32 * half, wb + 128 + 32 * half);
+            __m512i lo4[4] = {_mm512_and_si512(l0, low), _mm512_and_si512(l1, low),
+                              _mm512_and_si512(_mm512_srli_epi16(l0, 4), low),
+                              _mm512_and_si512(_mm512_srli_epi16(l1, 4), low)};
+            for (int k = 0; k < 4; k++) {
+                __m512i hk = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * k), two), 4);
+                store_pair_z(q + 256 * half + 64 * k, _mm512_or_si512(lo4[k], hk), 0);
+            }
+        }
+        __m128i sa = _mm_loadu_si128((const __m128i *)(wa + 192)), sbv = _mm_loadu_si128((const __m128i *)(wb + 192));
+        __m512i scA = _mm512_cvtepi8_epi32(sa), scB = _mm512_cvtepi8_epi32(sbv);
+        _mm512_storeu_si512((void *)(p->sc + 32 * sb), inter32(scA, scB, 0));
+        _mm512_storeu_si512((void *)(p->sc + 32 * sb + 16), inter32(scA, scB, 1));
+        __m512i pA = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sa));  /* 8 pairs of int16 scales */
+        __m512i pB = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sbv));
+        _mm512_storeu_si512((void *)(p->scp + 16 * sb), inter32(pA, pB, 0));
     }
-    pair_scalars(t, a, b, p, 0, K / 256);
+}
+
+static void unpack_pair_k(int t, const uint8_t *wa, const uint8_t *wb, int64_t K, Row *p) {
+    if (t == Q4_K) pair_k_t(Q4_K, wa, wb, K, p);
+    else pair_k_t(Q6_K, wa, wb, K, p);
 }
 
 /* two unpacked weight rows a, b -> p, interleaved as the PAIR lanes read them: per 4-code group a's 4 then b's 4 */
