@@ -117,12 +117,14 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
 #endif
             rr[nu] = u;
         }
+        for (int u = nu; u < NU; u++) rr[u] = rr[nu - 1];  /* a short last tile: NU units always (no unit count
+                                                            * in the product's loops), the repeats' lanes unused */
         /* the next tile's rows (this thread's rows are contiguous): the unpack's first touch of its rows' bytes held a
          * quarter of a verify product's samples */
         Ahead pf = {w + (i0 + NU * DUP) * rb, rb, rb / (K / block_len(t)), NU * DUP};
         float lanes[NU * XLANES];
         for (int64_t c = 0; c * LANES < M; c++) {
-            rows_simd(t, rr, nu, K, xq, c, c == 0 ? &pf : NULL, lanes);
+            rows_simd(t, rr, K, xq, c, c == 0 ? &pf : NULL, lanes);
             for (int u = 0; u < nu; u++)
                 for (int64_t l = 0; l < LANES && c * LANES + l < M; l++)
                     for (int d = 0; d < DUP && i0 + u * DUP + d < R; d++)

@@ -357,15 +357,14 @@ static void interleave_rows(int t, int64_t K, const Row *a, const Row *b, Row *p
 }
 #endif
 
-static void rows_simd(int t, const Row *const *rr, int nu, int64_t K, const XQ *xq, int64_t c, const Ahead *pf,
-                      float *out) {
+static void rows_simd(int t, const Row *const *rr, int64_t K, const XQ *xq, int64_t c, const Ahead *pf, float *out) {
     switch (t) {
-    case Q4_0: rows_t(Q4_0, rr, nu, K, xq, c, pf, out); break;
-    case Q5_0: rows_t(Q5_0, rr, nu, K, xq, c, pf, out); break;
-    case Q8_0: rows_t(Q8_0, rr, nu, K, xq, c, pf, out); break;
-    case Q4_K: rows_t(Q4_K, rr, nu, K, xq, c, pf, out); break;
-    case Q6_K: rows_t(Q6_K, rr, nu, K, xq, c, pf, out); break;
-    default: rows_t(t, rr, nu, K, xq, c, pf, out); break;  /* Q4_1, Q5_1, Q5_K: unpacked by the scalar loop */
+    case Q4_0: rows_t(Q4_0, rr, NU, K, xq, c, pf, out); break;
+    case Q5_0: rows_t(Q5_0, rr, NU, K, xq, c, pf, out); break;
+    case Q8_0: rows_t(Q8_0, rr, NU, K, xq, c, pf, out); break;
+    case Q4_K: rows_t(Q4_K, rr, NU, K, xq, c, pf, out); break;
+    case Q6_K: rows_t(Q6_K, rr, NU, K, xq, c, pf, out); break;
+    default: rows_t(t, rr, NU, K, xq, c, pf, out); break;  /* Q4_1, Q5_1, Q5_K: unpacked by the scalar loop */
     }
 }
 #endif /* SIMD */
