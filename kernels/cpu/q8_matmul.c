@@ -36,6 +36,7 @@
 #include "q8_unpack.h"
 #include "q8_row1.h"
 #include "q8_rows.h"
+#include "q8_rows16.h"
 
 /* 1 where this level has a vectorized kernel for the type (the others run, correctly, at scalar speed) */
 int CAT(bolt_q8_fast, LEVEL)(int t) {
@@ -88,6 +89,12 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
         tile1(t, w, rb, R, K, xq, r->pbuf, y);
         return;
     }
+#ifdef PAIR
+    if (M <= R16_M && rows16_type(t)) {  /* a verify block: 16 weight rows as lanes (q8_rows16.h) */
+        rows16(t, w, rb, R, K, M, xq, y, ystride);
+        return;
+    }
+#endif
     if (M == 1) {
         for (int i = 0; i < R; i++) {
             unpack_scalar(t, w + i * rb, K, r);
@@ -189,10 +196,14 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
                 int t = types[p];
                 int64_t rb = row_bytes(t, K);
                 const XQ *xq = is_k(t) ? &xk : &x32;
+                int64_t tile = 8;  /* weight rows a call of weight_rows takes */
+#ifdef PAIR
+                if (M > 1 && M <= R16_M && rows16_type(t)) tile = 16;
+#endif
                 #pragma omp for schedule(static) nowait
-                for (int64_t n = 0; n < N[p]; n += 8)  /* tiles of 8 weight rows */
-                    weight_rows(t, w[p] + n * rb, rb, (int)(N[p] - n < 8 ? N[p] - n : 8), K, M, xq, r, y + off + n,
-                                n_total);
+                for (int64_t n = 0; n < N[p]; n += tile)
+                    weight_rows(t, w[p] + n * rb, rb, (int)(N[p] - n < tile ? N[p] - n : tile), K, M, xq, r,
+                                y + off + n, n_total);
                 off += N[p];
             }
             for (int i = 0; i < NBUF; i++) row_free(&r[i]);

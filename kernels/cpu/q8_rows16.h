@@ -1,0 +1,143 @@
+/* q8_matmul: a verify block (2..8 rows of x) against 16 weight rows of a 32-block type (Q4_0, Q5_0, Q8_0) at once,
+ * weight rows as lanes (the AVX-512 VNNI levels).
+ * Part of q8_matmul.c's one translation unit per level, which includes the parts in order.
+ *
+ * Why: rows-as-lanes (q8_rows.h) stores each unpacked weight pair and broadcasts its codes from memory, one load per
+ * vpdpbusd, and every pair pays its own float tail: ~18 instructions per weight row and block at 8 rows, a third of
+ * them the unpack (Q5_0 4864x896, 1 thread: ~200 us of products, ~110 us of unpacking). Here 16 rows' blocks are
+ * transposed in registers (vpermt2d) so that one zmm holds group k (4 codes) of all 16 rows; each x row's 4 bytes
+ * come in as the instruction's own broadcast operand, so a vpdpbusd is one instruction, and a row of x's float tail
+ * serves 16 weight rows: ~10 instructions per weight row and block. Each lane is one (x row, weight row) product
+ * with the one float order of q8_matmul.c, so the bits equal the other paths'. */
+#ifndef BOLT_Q8_ROWS16_H
+#define BOLT_Q8_ROWS16_H
+
+#ifdef PAIR
+#define R16_M 8  /* the most rows of x this path takes; more go rows-as-lanes */
+
+static inline int rows16_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0; }
+
+/* Z[i]: rows 4i..4i+3 x dwords 0..3 (lane 4r + d) -> T[d]: dword d of rows 0..15 (lane = row) */
+static inline void t16_4x4(const __m512i Z[4], __m512i T[4]) {
+    const __m512i ia = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    const __m512i ib = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+    /* E: rows 0..7 (or 8..15) x dwords {0, 1} (or {2, 3}), lane 2r + j */
+    __m512i e0 = _mm512_permutex2var_epi32(Z[0], ia, Z[1]);
+    __m512i e1 = _mm512_permutex2var_epi32(Z[0], _mm512_add_epi32(ia, two), Z[1]);
+    __m512i e2 = _mm512_permutex2var_epi32(Z[2], ia, Z[3]);
+    __m512i e3 = _mm512_permutex2var_epi32(Z[2], _mm512_add_epi32(ia, two), Z[3]);
+    T[0] = _mm512_permutex2var_epi32(e0, ib, e2);
+    T[1] = _mm512_permutex2var_epi32(e0, _mm512_add_epi32(ib, one), e2);
+    T[2] = _mm512_permutex2var_epi32(e1, ib, e3);
+    T[3] = _mm512_permutex2var_epi32(e1, _mm512_add_epi32(ib, one), e3);
+}
+
+/* 16 bytes at p[4i + r] + o -> Z[i] (rows 4i..4i+3 x 4 dwords) */
+static inline void load16x16(const uint8_t *const p[16], int64_t o, __m512i Z[4]) {
+    for (int i = 0; i < 4; i++) {
+        __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p[4 * i] + o)));
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[4 * i + 1] + o)), 1);
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[4 * i + 2] + o)), 2);
+        Z[i] = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p[4 * i + 3] + o)), 3);
+    }
+}
+
+/* block b of the 16 rows (p: their first bytes, lane offsets vo = row * rb) -> W[k]: the unsigned codes 4k..4k+3 of
+ * every row (lane = row), dw: the rows' scales */
+static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t *const p[16], const uint8_t *w,
+                                                           __m512i vo, int64_t b, __m512i W[8], __m512 *dw) {
+    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
+    const int64_t o = bytes * b;
+    __m512i d32 = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);  /* the fp16 scale in each low half */
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+    if (t == Q8_0) {
+        __m512i Z[8], A[4], B[4], T[4];
+        for (int i = 0; i < 8; i++)
+            Z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p[2 * i] + o + 2))),
+                                      _mm256_loadu_si256((const __m256i *)(p[2 * i + 1] + o + 2)), 1);
+        /* rows 4j..4j+3 x dwords 0..3 (A) and 4..7 (B) from rows 4j..4j+1 | 4j+2..4j+3 x 8 dwords */
+        const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+        const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(4));
+        for (int j = 0; j < 4; j++) {
+            A[j] = _mm512_permutex2var_epi32(Z[2 * j], ia, Z[2 * j + 1]);
+            B[j] = _mm512_permutex2var_epi32(Z[2 * j], ib, Z[2 * j + 1]);
+        }
+        const __m512i flip = _mm512_set1_epi8((char)0x80);  /* signed codes as q + 128 (off 128) */
+        t16_4x4(A, T);
+        for (int k = 0; k < 4; k++) W[k] = _mm512_xor_si512(T[k], flip);
+        t16_4x4(B, T);
+        for (int k = 0; k < 4; k++) W[k + 4] = _mm512_xor_si512(T[k], flip);
+        return;
+    }
+    __m512i Z[4], T[4];
+    load16x16(p, o + (t == Q4_0 ? 2 : 6), Z);
+    t16_4x4(Z, T);
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int k = 0; k < 4; k++) {  /* byte j holds code j (low nibble) and code j + 16 (high) */
+        W[k] = _mm512_and_si512(T[k], low);
+        W[k + 4] = _mm512_and_si512(_mm512_srli_epi32(T[k], 4), low);
+    }
+    if (t == Q5_0) {  /* code c's fifth bit is bit c of qh: group k's 4 bits -> 0x10 in its bytes, by a table */
+        const __m512i lut = _mm512_setr_epi32(0, 0x10, 0x1000, 0x1010, 0x100000, 0x100010, 0x101000, 0x101010,
+                                              0x10000000, 0x10000010, 0x10001000, 0x10001010, 0x10100000,
+                                              0x10100010, 0x10101000, 0x10101010);
+        __m512i h = _mm512_i32gather_epi32(vo, (const void *)(w + o + 2), 1);
+        for (int k = 0; k < 8; k++)
+            W[k] = _mm512_or_si512(W[k], _mm512_permutexvar_epi32(_mm512_srli_epi32(h, 4 * k), lut));
+    }
+}
+
+/* R <= 16 weight rows at w (rb bytes apart) against M <= R16_M rows of x: y[m * ystride + r]. The next 16 rows are
+ * fetched a block's share per block (see Ahead in q8_rows.h). */
+static inline __attribute__((always_inline)) void rows16_t(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
+                                                          int64_t M, const XQ *xq, float *y, int64_t ystride) {
+    const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128, bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
+    const int64_t nb = K / 32;
+    const uint8_t *p[16];
+    int32_t vo_s[16];
+    for (int r = 0; r < 16; r++) {  /* rows past R repeat the last one (valid bytes; their lanes are not stored) */
+        int rr = r < R ? r : R - 1;
+        p[r] = w + rr * rb;
+        vo_s[r] = (int32_t)(rr * rb);
+    }
+    const __m512i vo = _mm512_loadu_si512((const void *)vo_s);
+    __m512 acc[R16_M], P[R16_M][8];
+    for (int m = 0; m < R16_M; m++) acc[m] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < nb; g += 8) {
+        for (int i = 0; i < 8; i++) {
+            int64_t b = g + i;
+            if (b >= nb) {
+                for (int m = 0; m < M; m++) P[m][i] = _mm512_setzero_ps();
+                continue;
+            }
+            for (int r = 0; r < 16; r++) __builtin_prefetch(p[r] + 16 * rb + bytes * b);
+            __m512i W[8];
+            __m512 dw;
+            w16_block(t, p, w, vo, b, W, &dw);
+            for (int m = 0; m < M; m++) {
+                const int8_t *xb = xq->q + m * K + 32 * b;
+                __m512i isum = _mm512_set1_epi32(-off * xq->s32[m * xq->n32p + b]);
+                for (int k = 0; k < 8; k++)  /* x's 4 bytes broadcast: one load each, no shuffle */
+                    isum = _mm512_dpbusd_epi32(isum, W[k], _mm512_set1_epi32(ld32(xb + 4 * k)));
+                __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
+                P[m][i] = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx));
+            }
+        }
+        for (int m = 0; m < M; m++) acc[m] = _mm512_add_ps(acc[m], tree8v(P[m]));
+    }
+    const __mmask16 keep = (__mmask16)((1u << R) - 1);
+    for (int m = 0; m < M; m++) _mm512_mask_storeu_ps(y + m * ystride, keep, acc[m]);
+}
+
+static void rows16(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, float *y,
+                   int64_t ystride) {
+    switch (t) {  /* t a constant in each */
+    case Q4_0: rows16_t(Q4_0, w, rb, R, K, M, xq, y, ystride); break;
+    case Q5_0: rows16_t(Q5_0, w, rb, R, K, M, xq, y, ystride); break;
+    default: rows16_t(Q8_0, w, rb, R, K, M, xq, y, ystride); break;
+    }
+}
+#endif /* PAIR */
+
+#endif
