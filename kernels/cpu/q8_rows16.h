@@ -15,7 +15,7 @@
 #ifdef PAIR
 #define R16_M 8  /* the most rows of x this path takes; more go rows-as-lanes */
 
-static inline int rows16_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0; }
+static inline int rows16_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K; }
 
 /* Z[i]: rows 4i..4i+3 x dwords 0..3 (lane 4r + d) -> T[d]: dword d of rows 0..15 (lane = row) */
 static inline void t16_4x4(const __m512i Z[4], __m512i T[4]) {
@@ -43,6 +43,23 @@ static inline void load16x16(const uint8_t *const p[16], int64_t o, __m512i Z[4]
     }
 }
 
+/* 32 bytes at p[r] + o for the 16 rows -> T[k]: dword k of every row (lane = row) */
+static inline void t16_8(const uint8_t *const p[16], int64_t o, __m512i T[8]) {
+    /* Z[i]: rows 2i, 2i + 1 x 8 dwords; then A[j] / B[j]: rows 4j..4j+3 x dwords 0..3 / 4..7, as t16_4x4 takes */
+    __m512i Z[8], A[4], B[4];
+    for (int i = 0; i < 8; i++)
+        Z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p[2 * i] + o))),
+                                  _mm256_loadu_si256((const __m256i *)(p[2 * i + 1] + o)), 1);
+    const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(4));
+    for (int j = 0; j < 4; j++) {
+        A[j] = _mm512_permutex2var_epi32(Z[2 * j], ia, Z[2 * j + 1]);
+        B[j] = _mm512_permutex2var_epi32(Z[2 * j], ib, Z[2 * j + 1]);
+    }
+    t16_4x4(A, T);
+    t16_4x4(B, T + 4);
+}
+
 /* block b of the 16 rows (p: their first bytes, lane offsets vo = row * rb) -> W[k]: the unsigned codes 4k..4k+3 of
  * every row (lane = row), dw: the rows' scales */
 static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t *const p[16], const uint8_t *w,
@@ -52,22 +69,9 @@ static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t
     __m512i d32 = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);  /* the fp16 scale in each low half */
     *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
     if (t == Q8_0) {
-        __m512i Z[8], A[4], B[4], T[4];
-        for (int i = 0; i < 8; i++)
-            Z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p[2 * i] + o + 2))),
-                                      _mm256_loadu_si256((const __m256i *)(p[2 * i + 1] + o + 2)), 1);
-        /* rows 4j..4j+3 x dwords 0..3 (A) and 4..7 (B) from rows 4j..4j+1 | 4j+2..4j+3 x 8 dwords */
-        const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-        const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(4));
-        for (int j = 0; j < 4; j++) {
-            A[j] = _mm512_permutex2var_epi32(Z[2 * j], ia, Z[2 * j + 1]);
-            B[j] = _mm512_permutex2var_epi32(Z[2 * j], ib, Z[2 * j + 1]);
-        }
+        t16_8(p, o + 2, W);
         const __m512i flip = _mm512_set1_epi8((char)0x80);  /* signed codes as q + 128 (off 128) */
-        t16_4x4(A, T);
-        for (int k = 0; k < 4; k++) W[k] = _mm512_xor_si512(T[k], flip);
-        t16_4x4(B, T);
-        for (int k = 0; k < 4; k++) W[k + 4] = _mm512_xor_si512(T[k], flip);
+        for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(W[k], flip);
         return;
     }
     __m512i Z[4], T[4];
@@ -88,12 +92,97 @@ static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t
     }
 }
 
+/* block b of a 32-block type for every row of x: p[m] (lanes: the 16 weight rows) */
+static inline __attribute__((always_inline)) void p16_legacy(int t, const uint8_t *const p[16], const uint8_t *w,
+                                                            __m512i vo, int64_t b, int64_t K, int64_t M,
+                                                            const XQ *xq, __m512 *out, int stride) {
+    const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128;
+    __m512i W[8];
+    __m512 dw;
+    w16_block(t, p, w, vo, b, W, &dw);
+    for (int m = 0; m < M; m++) {
+        const int8_t *xb = xq->q + m * K + 32 * b;
+        __m512i isum = _mm512_set1_epi32(-off * xq->s32[m * xq->n32p + b]);
+        for (int k = 0; k < 8; k++)  /* x's 4 bytes broadcast: one load each, no shuffle */
+            isum = _mm512_dpbusd_epi32(isum, W[k], _mm512_set1_epi32(ld32(xb + 4 * k)));
+        __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
+        out[m * stride] = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx));
+    }
+}
+
+/* byte q of every lane of v as int32 (shift 8q, mask) */
+static inline __m512i byte_lane(__m512i v, int q) {
+    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * q), _mm512_set1_epi32(0xFF));
+}
+
+/* bytes 2q, 2q + 1 of every lane of v as two int16 (lo, hi): the pair vpdpwssd takes */
+static inline __m512i byte_pair16(__m512i v, int q) {
+    __m512i u = _mm512_srli_epi32(v, 16 * q);
+    return _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32(0xFF)),
+                           _mm512_and_si512(_mm512_slli_epi32(u, 8), _mm512_set1_epi32(0xFF0000)));
+}
+
+/* Q4_K superblock b for every row of x: p[m]. Sub-block j's integer sum times its 6-bit scale (vpmulld per pair of
+ * sub-blocks and row of x), the mins through x's sums per 32 in int16 pairs (vpdpwssd), as k_block's lanes do. */
+static inline __attribute__((always_inline)) void p16_q4k(const uint8_t *const p[16], const uint8_t *w, __m512i vo,
+                                                         int64_t b, int64_t K, int64_t M, const XQ *xq,
+                                                         __m512 *out, int stride) {
+    const uint8_t *wb = w + 144 * b;
+    __m512i d32 = _mm512_i32gather_epi32(vo, (const void *)wb, 1);  /* d | dmin */
+    __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+    __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d32, 16)));
+    /* the 12 scale bytes as k_scale_min reads them, 4 at a time per lane (q4k_scale_bytes, in vectors) */
+    __m512i u0 = _mm512_i32gather_epi32(vo, (const void *)(wb + 4), 1);
+    __m512i u1 = _mm512_i32gather_epi32(vo, (const void *)(wb + 8), 1);
+    __m512i u2 = _mm512_i32gather_epi32(vo, (const void *)(wb + 12), 1);
+    const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F);
+    const __m512i top = _mm512_set1_epi32(0x30303030);
+    __m512i sc4[2] = {_mm512_and_si512(u0, m6),
+                      _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), top))};
+    __m512i mn4[2] = {_mm512_and_si512(u1, m6),
+                      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                                      _mm512_and_si512(_mm512_srli_epi32(u1, 2), top))};
+    __m512i SC[8], MNP[4], isum[R16_M];
+    for (int j = 0; j < 8; j++) SC[j] = byte_lane(sc4[j / 4], j % 4);
+    for (int i = 0; i < 4; i++) MNP[i] = byte_pair16(mn4[i / 2], i % 2);
+    for (int m = 0; m < R16_M; m++) isum[m] = _mm512_setzero_si512();
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int g = 0; g < 4; g++) {  /* 32 bytes: sub-block 2g in the low nibbles, 2g + 1 in the high ones */
+        __m512i T[8], lo[8], hi[8];
+        t16_8(p, 144 * b + 16 + 32 * g, T);
+        for (int k = 0; k < 8; k++) {
+            lo[k] = _mm512_and_si512(T[k], low);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi32(T[k], 4), low);
+        }
+        for (int m = 0; m < M; m++) {
+            const int8_t *x = xq->q + m * K + 256 * b + 64 * g;
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            for (int k = 0; k < 8; k++) {
+                s0 = _mm512_dpbusd_epi32(s0, lo[k], _mm512_set1_epi32(ld32(x + 4 * k)));
+                s1 = _mm512_dpbusd_epi32(s1, hi[k], _mm512_set1_epi32(ld32(x + 32 + 4 * k)));
+            }
+            isum[m] = _mm512_add_epi32(isum[m], _mm512_add_epi32(_mm512_mullo_epi32(s0, SC[2 * g]),
+                                                                 _mm512_mullo_epi32(s1, SC[2 * g + 1])));
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        const int16_t *h = xq->h32 + m * (K / 32) + 8 * b;
+        __m512i jsum = _mm512_setzero_si512();
+        for (int i = 0; i < 4; i++) jsum = _mm512_dpwssd_epi32(jsum, MNP[i], _mm512_set1_epi32(ld32(h + 2 * i)));
+        __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
+        __m512 pb = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(dw, dx));
+        out[m * stride] = _mm512_add_ps(pb, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(),
+                                                                                            jsum)),
+                                                          _mm512_mul_ps(mw, dx)));
+    }
+}
+
 /* R <= 16 weight rows at w (rb bytes apart) against M <= R16_M rows of x: y[m * ystride + r]. The next 16 rows are
  * fetched a block's share per block (see Ahead in q8_rows.h). */
 static inline __attribute__((always_inline)) void rows16_t(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
                                                           int64_t M, const XQ *xq, float *y, int64_t ystride) {
-    const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128, bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
-    const int64_t nb = K / 32;
+    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q8_0 ? 34 : 144;
+    const int64_t nb = K / block_len(t);
     const uint8_t *p[16];
     int32_t vo_s[16];
     for (int r = 0; r < 16; r++) {  /* rows past R repeat the last one (valid bytes; their lanes are not stored) */
@@ -111,18 +200,12 @@ static inline __attribute__((always_inline)) void rows16_t(int t, const uint8_t 
                 for (int m = 0; m < M; m++) P[m][i] = _mm512_setzero_ps();
                 continue;
             }
-            for (int r = 0; r < 16; r++) __builtin_prefetch(p[r] + 16 * rb + bytes * b);
-            __m512i W[8];
-            __m512 dw;
-            w16_block(t, p, w, vo, b, W, &dw);
-            for (int m = 0; m < M; m++) {
-                const int8_t *xb = xq->q + m * K + 32 * b;
-                __m512i isum = _mm512_set1_epi32(-off * xq->s32[m * xq->n32p + b]);
-                for (int k = 0; k < 8; k++)  /* x's 4 bytes broadcast: one load each, no shuffle */
-                    isum = _mm512_dpbusd_epi32(isum, W[k], _mm512_set1_epi32(ld32(xb + 4 * k)));
-                __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
-                P[m][i] = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx));
-            }
+            for (int r = 0; r < 16; r++)
+                for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p[r] + 16 * rb + bytes * b + o);
+            if (t == Q4_K)
+                p16_q4k(p, w, vo, b, K, M, xq, &P[0][i], 8);
+            else
+                p16_legacy(t, p, w, vo, b, K, M, xq, &P[0][i], 8);
         }
         for (int m = 0; m < M; m++) acc[m] = _mm512_add_ps(acc[m], tree8v(P[m]));
     }
@@ -135,6 +218,7 @@ static void rows16(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_
     switch (t) {  /* t a constant in each */
     case Q4_0: rows16_t(Q4_0, w, rb, R, K, M, xq, y, ystride); break;
     case Q5_0: rows16_t(Q5_0, w, rb, R, K, M, xq, y, ystride); break;
+    case Q4_K: rows16_t(Q4_K, w, rb, R, K, M, xq, y, ystride); break;
     default: rows16_t(Q8_0, w, rb, R, K, M, xq, y, ystride); break;
     }
 }
