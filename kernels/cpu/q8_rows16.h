@@ -15,7 +15,7 @@
 #ifdef PAIR
 #define R16_M 8  /* the most rows of x this path takes; more go rows-as-lanes */
 
-static inline int rows16_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K; }
+static inline int rows16_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
 /* Z[i]: rows 4i..4i+3 x dwords 0..3 (lane 4r + d) -> T[d]: dword d of rows 0..15 (lane = row) */
 static inline void t16_4x4(const __m512i Z[4], __m512i T[4]) {
@@ -177,11 +177,68 @@ static inline __attribute__((always_inline)) void p16_q4k(const uint8_t *const p
     }
 }
 
+/* Q6_K superblock b for every row of x: p[m]. Per half, ql's two 32-byte runs and qh's are transposed, and the 4
+ * kinds of codes (q6_k_codes' order) built from them; each sub-block of 16 times its int8 scale (vpmulld), the
+ * codes' offset 32 through x's sums per 16 and the scales in int16 pairs (vpdpwssd), as k_block's lanes do. */
+static inline __attribute__((always_inline)) void p16_q6k(const uint8_t *const p[16], const uint8_t *w, __m512i vo,
+                                                         int64_t b, int64_t K, int64_t M, const XQ *xq,
+                                                         __m512 *out, int stride) {
+    const uint8_t *wb = w + 210 * b;
+    /* d: the high half of bytes 206..209 (a gather at 208 would read 2 bytes past the last row) */
+    __m512i d32 = _mm512_i32gather_epi32(vo, (const void *)(wb + 206), 1);
+    __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d32, 16)));
+    __m512i SC[16], SCP[8], isum[R16_M];
+    for (int q = 0; q < 4; q++) {  /* the 16 int8 scales, sign-extended per lane */
+        __m512i g = _mm512_i32gather_epi32(vo, (const void *)(wb + 192 + 4 * q), 1);
+        for (int j = 0; j < 4; j++) SC[4 * q + j] = _mm512_srai_epi32(_mm512_slli_epi32(g, 24 - 8 * j), 24);
+    }
+    for (int i = 0; i < 8; i++)
+        SCP[i] = _mm512_or_si512(_mm512_and_si512(SC[2 * i], _mm512_set1_epi32(0xFFFF)),
+                                 _mm512_slli_epi32(SC[2 * i + 1], 16));
+    for (int m = 0; m < R16_M; m++) isum[m] = _mm512_setzero_si512();
+    const __m512i low = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        __m512i TA[8], TB[8], TH[8];
+        t16_8(p, 210 * b + 64 * h, TA);
+        t16_8(p, 210 * b + 64 * h + 32, TB);
+        t16_8(p, 210 * b + 128 + 32 * h, TH);
+        for (int c = 0; c < 4; c++) {  /* elements 128h + 32c + l: sub-blocks 8h + 2c (l < 16) and 8h + 2c + 1 */
+            __m512i C[8];
+            for (int k = 0; k < 8; k++) {
+                __m512i src = c & 1 ? TB[k] : TA[k];
+                __m512i lo = c < 2 ? _mm512_and_si512(src, low) : _mm512_and_si512(_mm512_srli_epi32(src, 4), low);
+                __m512i hb = c == 0 ? _mm512_slli_epi32(TH[k], 4) : c == 1 ? _mm512_slli_epi32(TH[k], 2)
+                           : c == 2 ? TH[k] : _mm512_srli_epi32(TH[k], 2);  /* qh's 2 bits of this kind at 4..5 */
+                C[k] = _mm512_or_si512(lo, _mm512_and_si512(hb, bits45));
+            }
+            int j = 8 * h + 2 * c;
+            for (int m = 0; m < M; m++) {
+                const int8_t *x = xq->q + m * K + 256 * b + 128 * h + 32 * c;
+                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+                for (int k = 0; k < 4; k++) {
+                    s0 = _mm512_dpbusd_epi32(s0, C[k], _mm512_set1_epi32(ld32(x + 4 * k)));
+                    s1 = _mm512_dpbusd_epi32(s1, C[k + 4], _mm512_set1_epi32(ld32(x + 16 + 4 * k)));
+                }
+                isum[m] = _mm512_add_epi32(isum[m], _mm512_add_epi32(_mm512_mullo_epi32(s0, SC[j]),
+                                                                     _mm512_mullo_epi32(s1, SC[j + 1])));
+            }
+        }
+    }
+    for (int m = 0; m < M; m++) {  /* - 32 sum_s sc_s sum(x)_s */
+        const int16_t *h16 = xq->h16 + m * (K / 16) + 16 * b;
+        __m512i cor = _mm512_setzero_si512();
+        for (int i = 0; i < 8; i++) cor = _mm512_dpwssd_epi32(cor, SCP[i], _mm512_set1_epi32(ld32(h16 + 2 * i)));
+        __m512i is = _mm512_sub_epi32(isum[m], _mm512_slli_epi32(cor, 5));
+        __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
+        out[m * stride] = _mm512_mul_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, dx));
+    }
+}
+
 /* R <= 16 weight rows at w (rb bytes apart) against M <= R16_M rows of x: y[m * ystride + r]. The next 16 rows are
  * fetched a block's share per block (see Ahead in q8_rows.h). */
 static inline __attribute__((always_inline)) void rows16_t(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
                                                           int64_t M, const XQ *xq, float *y, int64_t ystride) {
-    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q8_0 ? 34 : 144;
+    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q8_0 ? 34 : t == Q4_K ? 144 : 210;
     const int64_t nb = K / block_len(t);
     const uint8_t *p[16];
     int32_t vo_s[16];
@@ -204,6 +261,8 @@ static inline __attribute__((always_inline)) void rows16_t(int t, const uint8_t 
                 for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p[r] + 16 * rb + bytes * b + o);
             if (t == Q4_K)
                 p16_q4k(p, w, vo, b, K, M, xq, &P[0][i], 8);
+            else if (t == Q6_K)
+                p16_q6k(p, w, vo, b, K, M, xq, &P[0][i], 8);
             else
                 p16_legacy(t, p, w, vo, b, K, M, xq, &P[0][i], 8);
         }
@@ -219,6 +278,7 @@ static void rows16(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_
     case Q4_0: rows16_t(Q4_0, w, rb, R, K, M, xq, y, ystride); break;
     case Q5_0: rows16_t(Q5_0, w, rb, R, K, M, xq, y, ystride); break;
     case Q4_K: rows16_t(Q4_K, w, rb, R, K, M, xq, y, ystride); break;
+    case Q6_K: rows16_t(Q6_K, w, rb, R, K, M, xq, y, ystride); break;
     default: rows16_t(Q8_0, w, rb, R, K, M, xq, y, ystride); break;
     }
 }
