@@ -77,6 +77,16 @@ static void unpack_row(int t, const uint8_t *w, int64_t K, Row *r) {
     unpack_scalar(t, w, K, r);
 }
 
+/* whether M rows against type t take q8_rows16.h (else rows-as-lanes, or the 1-row path) */
+static int rows16_path(int t, int64_t M) {
+#ifdef PAIR
+    return M > 1 && M <= R16_M && rows16_type(t);
+#else
+    (void)t, (void)M;
+    return 0;
+#endif
+}
+
 /* unpack buffers per thread: with PAIR two rows' staging, then NU units (pairs interleaved, or rows) */
 #define UBUF (DUP == 2 ? 2 : 0)
 
@@ -90,7 +100,7 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
         return;
     }
 #ifdef PAIR
-    if (M <= R16_M && rows16_type(t)) {  /* a verify block: 16 weight rows as lanes (q8_rows16.h) */
+    if (rows16_path(t, M)) {  /* a verify block: 16 weight rows as lanes (q8_rows16.h) */
         rows16(t, w, rb, R, K, M, xq, y, ystride);
         return;
     }
@@ -183,7 +193,10 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
     XQ x32, xk;
     memset(&x32, 0, sizeof x32);
     memset(&xk, 0, sizeof xk);
-    int bad = (need32 && xq_make(&x32, x, M, K, 32)) || (needk && xq_make(&xk, x, M, K, 256));
+    /* the rows-as-lanes layouts only where a part goes that way (serial work: ~1 ms of a verify pass's 97 calls) */
+    int lanes = 0;
+    for (int p = 0; p < n_parts && M > 1; p++) lanes |= !rows16_path(types[p], M);
+    int bad = (need32 && xq_make(&x32, x, M, K, 32, lanes)) || (needk && xq_make(&xk, x, M, K, 256, lanes));
     int64_t nbp = (K / 32 + 7) / 8 * 8;
     if (!bad) {
         #pragma omp parallel num_threads(n_threads)
@@ -196,10 +209,7 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
                 int t = types[p];
                 int64_t rb = row_bytes(t, K);
                 const XQ *xq = is_k(t) ? &xk : &x32;
-                int64_t tile = 8;  /* weight rows a call of weight_rows takes */
-#ifdef PAIR
-                if (M > 1 && M <= R16_M && rows16_type(t)) tile = 16;
-#endif
+                int64_t tile = rows16_path(t, M) ? 16 : 8;  /* weight rows a call of weight_rows takes */
                 #pragma omp for schedule(static) nowait
                 for (int64_t n = 0; n < N[p]; n += tile)
                     weight_rows(t, w[p] + n * rb, rb, (int)(N[p] - n < tile ? N[p] - n : tile), K, M, xq, r,

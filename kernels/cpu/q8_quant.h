@@ -25,7 +25,7 @@ static void quantize_row(const float *x, int64_t n, int bs, int8_t *q, float *d)
 
 /* One quantized x (blocks of bs = 32 or 256). Per row: q [M][K], d [M][nbp] (nbp: blocks rounded up to 8, padding
  * zero), sums of q per 32 s32 [M][n32p] (int32, padded like d) and as int16 h32 [M][K/32], per 16 h16 [M][K/16].
- * Several rows also rows-as-lanes, padded rows zero: qt [chunks][K/4][XLANES] (4 bytes per int32), dt
+ * With lanes (several rows on the rows-as-lanes path) also rows-as-lanes, padded rows zero: qt [chunks][K/4][XLANES] (4 bytes per int32), dt
  * [chunks][nbp][XLANES], s32t [chunks][K/32][XLANES], and h32t [chunks][K/64][XLANES] (two int16 sums per int32).
  * h16t [chunks][K/32][XLANES] holds the sums per 16 the same way. Row l of a chunk is lane l, or lanes 2l and 2l + 1
  * where a zmm meets two weight rows (DUP = 2). */
@@ -39,7 +39,7 @@ typedef struct {
     float *dt;
 } XQ;
 
-static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
+static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs, int lanes) {
     memset(o, 0, sizeof *o);
     o->nbp = (K / bs + 7) / 8 * 8;
     o->n32p = (K / 32 + 7) / 8 * 8;
@@ -49,7 +49,7 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
     o->s32 = calloc((size_t)(M * o->n32p), sizeof(int32_t));
     o->h32 = malloc(sizeof(int16_t) * (size_t)(M * (K / 32)));
     o->h16 = malloc(sizeof(int16_t) * (size_t)(M * (K / 16)));
-    if (M > 1) {
+    if (lanes) {
         o->qt = calloc((size_t)(ch * (K / 4) * XLANES), sizeof(int32_t));
         o->dt = calloc((size_t)(ch * o->nbp * XLANES), sizeof(float));
         o->s32t = calloc((size_t)(ch * (K / 32) * XLANES), sizeof(int32_t));
@@ -58,7 +58,7 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
     }
     if (M == 1 && bs == 32) o->qp = calloc((size_t)((K / 32 + NIBG - 1) / NIBG * NIBG * 32), 1);
     if (!o->q || !o->d || !o->s32 || !o->h32 || !o->h16
-        || (M > 1 && (!o->qt || !o->dt || !o->s32t || !o->h32t || !o->h16t))
+        || (lanes && (!o->qt || !o->dt || !o->s32t || !o->h32t || !o->h16t))
         || (M == 1 && bs == 32 && !o->qp))
         return -1;
     for (int64_t m = 0; m < M; m++) {
@@ -81,7 +81,7 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs) {
         for (int64_t b = 0; b < K / 32; b++)
             for (int j = 0; j < 32; j++)
                 o->qp[NIBG * 32 * (b / NIBG) + NIBG * 16 * (j / 16) + 16 * (b % NIBG) + j % 16] = o->q[32 * b + j];
-    if (M > 1)
+    if (lanes)
         for (int64_t m = 0; m < M; m++)
             for (int64_t l = m % LANES * DUP; l < (m % LANES + 1) * DUP; l++) {
                 int64_t c = m / LANES;
