@@ -87,7 +87,7 @@ def _compile(cc: str, args: list[str], out: Path) -> str | None:
         pass
     r = subprocess.run([cc, *args, "-o", tmp.name], capture_output=True, text=True, timeout=180)
     if r.returncode:
-        os.unlink(tmp.name)
+        Path(tmp.name).unlink(missing_ok=True)  # the compiler removes its own output when it fails
         return r.stderr[-2000:] or "failed"
     os.replace(tmp.name, out)
     return None
@@ -126,7 +126,8 @@ def _build() -> ctypes.CDLL | None:
         for name, flags, _ in LEVELS:
             if name not in levels:
                 continue
-            obj = out_dir / f"q8-{tag}-{name}.o"
+            # this process's own objects: a concurrent builder of the same tag deletes its objects after linking
+            obj = out_dir / f"q8-{tag}-{name}-{os.getpid()}.o"
             err = _compile(cc, [*CFLAGS, *flags, f"-DLEVEL={name}", "-c", str(LEVELED)], obj)
             if err:
                 if name == "portable":
