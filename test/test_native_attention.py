@@ -151,3 +151,37 @@ def test_bad_positions_are_refused_before_anything_is_written():
                               positions=torch.tensor([15, 16]), ring=False, n_scan=16, window=0,
                               scale=1 / math.sqrt(32))
     assert torch.equal(cache.k, before.k) and torch.equal(cache.pos, before.pos)
+
+
+@pytest.mark.parametrize("n_head, n_kv, hd, window, spread", [(14, 2, 64, 0, 1.0), (14, 2, 64, 40, 30.0),
+                                                              (4, 1, 256, 0, 1.0), (6, 3, 32, 0, 1.0)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_verify_block_equals_its_single_steps_bit_for_bit(n_head, n_kv, hd, window, spread, threads):
+    """The kernel runs all the queries of a kv head together (T rows x the group's heads, in groups of a few per key
+    tile), so a row's neighbours change with T; each query's arithmetic must not (greedy DFlash == plain decoding).
+    Qwen2.5 0.5B's shapes (7 queries a kv head at one row, 56 at eight: groups with remainders), a window, scores
+    spread so far apart that weights underflow to 0 (skipped keys), a head of 256 and one of 32."""
+    g = torch.Generator().manual_seed(7)
+    n_slots, history, T = 160, 101, 8
+    kc, vc = torch.randn(n_kv, n_slots, hd, generator=g) * spread, torch.randn(n_kv, n_slots, hd, generator=g)
+    pos = torch.full((n_slots,), -1, dtype=torch.long)
+    pos[:history] = torch.arange(history)
+    qkv = torch.randn(T, (n_head + 2 * n_kv) * hd, generator=g) * 2
+    cos, sin = torch.rand(T, hd // 2, generator=g), torch.rand(T, hd // 2, generator=g)
+    positions = torch.arange(history, history + T)
+
+    def run(rows, k, v, p):
+        return native.attention_step(
+            qkv[rows], n_head, n_kv, hd, bias=None, q_norm=None, k_norm=None, v_norm=False, eps=1e-6,
+            cos=cos[rows], sin=sin[rows], neox=True, k_cache=k, v_cache=v, slot_pos=p, write=True,
+            positions=positions[rows], ring=False, n_scan=history + T, window=window, scale=hd ** -0.5)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        block = run(slice(0, T), kc.clone(), vc.clone(), pos.clone())
+        k, v, p = kc.clone(), vc.clone(), pos.clone()
+        steps = torch.cat([run(slice(t, t + 1), k, v, p) for t in range(T)])
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(block, steps), (block - steps).abs().max()

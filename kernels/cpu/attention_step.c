@@ -126,7 +126,7 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
         #pragma omp parallel for num_threads(threads) schedule(static) reduction(|: failed)
         for (int64_t it = 0; it < n_kv * nchunks; it++) {
             int64_t kvh = it / nchunks, g0 = it % nchunks * chunk, m = G - g0 < chunk ? G - g0 : chunk;
-            float *sc = malloc(sizeof(float) * (size_t)(m * (ld + hd)));   /* scores, then the odd keys' sums */
+            float *sc = malloc(sizeof(float) * (size_t)(m * (ld + hd + 16)));  /* scores, odd sums, maxima/lane sums */
             const float **qs = malloc(sizeof(float *) * (size_t)m);
             float **os = malloc(sizeof(float *) * (size_t)m);
             int64_t *ps = malloc(sizeof(int64_t) * (size_t)m);
@@ -141,7 +141,7 @@ int bolt_attention_step(const float *qkv, int64_t T, int64_t n_head, int64_t n_k
                     for (int64_t j = n_scan; j < ld; j++) sc[i * ld + j] = -INFINITY;
                 }
                 attend_group(qs, ps, m, kc + kvh * S * hd, vc + kvh * S * hd, hd, pos, window, n_scan, scale, sc,
-                             ld, os, sc + m * ld);
+                             ld, os, sc + m * ld, sc + m * (ld + hd));
             }
             free(sc), free(qs), free(os), free(ps);
         }
