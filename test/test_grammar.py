@@ -209,6 +209,26 @@ def test_dflash_with_a_grammar_is_lossless_and_drafts_the_forced_tokens(engines,
     assert last["grammar"]["repaired_drafts"] > 0 and spec_stats.acceptance_length > 1.5
 
 
+def test_under_a_grammar_that_forces_nothing_the_drafters_confidence_gates_drafts(engines):
+    """The words grammar (tool_choice "none") never forces a token, so the drafter's confidence gates drafts as it
+    does without a grammar: a drafter sure of nothing (p_min 0.999) drafts nothing, and the reply is plain decoding's.
+    Negative control: p_min 0, the same turn drafts (the Hermes test model's random drafts are words the grammar
+    takes; the Gemma 4 one's are not, so there the repair leaves nothing either way). Where a grammar forces the next
+    token the gate stays off and the forced tokens are drafted: the test above, at the default p_min."""
+    engine = engines["hermes"]
+    plain = reply(engine, tool_choice="none", sampling=SamplingParams(max_tokens=24))[1]
+    drafted = {}
+    for p_min in (0.999, 0.0):
+        engine.draft.p_min = p_min
+        try:
+            _, stats, last = reply(engine, use_draft=True, tool_choice="none", sampling=SamplingParams(max_tokens=24))
+        finally:
+            engine.draft.p_min = engine.draft.options.p_min
+        assert stats.text == plain.text and last["grammar"] is not None
+        drafted[p_min] = last["spec"]["drafted"]
+    assert drafted[0.999] == 0 and drafted[0.0] > 0, drafted
+
+
 def test_constrained_sampling_is_the_masked_distribution(engines):
     """Try-first sampling (mask only when the grammar rejects the model's choice, or for top-k only when a top-k
     token is forbidden) draws from exactly the masked distribution; rollback restores the matcher, so the same

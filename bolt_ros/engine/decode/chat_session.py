@@ -112,7 +112,7 @@ class ChatSession:
             prompt_tokens=t.prompt_tokens, prefill_tokens=t.prefill_tokens + decided[0],
             completion_tokens=len(result.completion_ids), tokens_per_second=t.decode_tok_s,
             acceptance_length=float(spec.get("tokens_per_pass", 1.0)))
-        self.last_stats = {**stats.__dict__, "decode_tok_s": t.decode_tok_s, "grammar": result.grammar}
+        self.last_stats = {**stats.__dict__, "decode_tok_s": t.decode_tok_s, "grammar": result.grammar, "spec": spec}
         yield stats
 
     def _decide(self, ids: list[int], tools: list[dict], threshold: float, cancel) -> str | None:

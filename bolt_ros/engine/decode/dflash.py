@@ -192,12 +192,20 @@ class DFlashDecoder:
         self.anchor_logits = out.logits[len(new) - 1]  # the row that gave the pending token
         return new
 
+    def _forced(self) -> bool:
+        """A grammar forces the next token: then a draft gets it whatever the drafter says, so neither the drafter's
+        confidence nor the target's may cut the draft. A grammar that forces nothing here (the words grammar every
+        spoken reply decodes under) gates like no grammar: with the gates off there, talk the drafter could not
+        foresee took whole 8-row verifies, 0.59x plain on held-out chat with the shipped drafter."""
+        c = self.sampler.constraint
+        return c is not None and c.forces_next()
+
     def _target_unsure(self) -> bool:
         """While probing: the target gave the anchor less than anchor_min. Where the target itself is unsure (free
         speech) its next tokens are hard to foresee and a probe rarely pays; the check is free (the logits are at
-        hand), a probe is not. Never with a grammar (forced tokens are drafted whatever the drafter says)."""
+        hand), a probe is not. Never where a grammar forces the next token."""
         q = self.drafter.options.anchor_min
-        if q <= 0 or self.sampler.constraint is not None or not self.policy.probing or self.anchor_logits is None:
+        if q <= 0 or not self.policy.probing or self.anchor_logits is None or self._forced():
             return False
         return float(torch.softmax(self.anchor_logits.float(), dim=-1).max()) < q
 
@@ -206,7 +214,7 @@ class DFlashDecoder:
         self.state.flush()  # the rows of the plain steps since the last draft
         mask = model.cfg.mask_token_id
         constraint = self.sampler.constraint
-        gate = self.drafter.p_min > 0 and constraint is None
+        gate = self.drafter.p_min > 0 and not self._forced()
         if gate and self.policy.probing and n > 1:
             # recent steps accepted little: score slot 1 alone first, from a block of [anchor, MASK] (slot 1's
             # confidence with the other masks absent: it picked the same token on 76 of 77 bench steps) and the head's
@@ -230,6 +238,8 @@ class DFlashDecoder:
             drafts += model.token_ids(cols[:keep]).tolist()
             if keep < len(sure):
                 break
+        if constraint is not None:  # the prefix the grammar accepts, and what it forces after it
+            drafts = constraint.repair_drafts(drafts)
         return self._end_at_stop(drafts)
 
     def _end_at_stop(self, drafts: list[int]) -> list[int]:

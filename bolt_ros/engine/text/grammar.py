@@ -1,9 +1,9 @@
 """Schema-constrained tool calls with llguidance: grammars from the declared tools, a token matcher per generation.
 
-Grammars (Lark, llguidance dialect) cover a whole reply and are *lazy*: text is free until the model opens a call,
-then the call must name a declared tool and its arguments must follow that tool's JSON schema (types, required keys,
-`enum`/`const`, numeric minimum/maximum, string/array lengths; objects without `additionalProperties` get none, as
-with OpenAI's strict mode). Two syntaxes:
+Grammars (Lark, llguidance dialect) cover a whole reply and are *lazy*: text is free until the model opens a call, then
+the call must name a declared tool and its arguments must follow that tool's JSON schema (types, required keys,
+`enum`/`const`, numeric minimum/maximum, string/array lengths; objects without `additionalProperties` get none, as with
+OpenAI's strict mode). Two syntaxes:
   * Hermes / Qwen 2.5 (`hermes_grammar`): `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, with JSON
     written the way the template's `tojson` writes history (", " and ": ", no other whitespace); in "auto" a reply
     whose first non-space character is `{` must be a bare JSON call (what the small Qwen models do);
@@ -13,11 +13,11 @@ with OpenAI's strict mode). Two syntaxes:
 ChatSession's call_threshold); "none" offers no tools, and `words_grammar` keeps the reply to words: no call opener
 anywhere, no bare JSON call, not empty (the tool loop's ask when a turn must end in speech).
 
-At run time a `Constraint` (one llguidance matcher) rides on the Sampler. Checking a sampled token costs ~2 us, a
-full vocabulary mask 0.1-2 ms (49k-262k tokens), so the sampler tries the model's own choice first and masks only if
-the grammar rejects it: exactly the masked distribution (Sampler.sample). Every sampled token is committed, so plain
-decoding and DFlash verification (each drafted row sampled in turn) advance the matcher alike, an accepted draft
-always satisfies the grammar, and a run cut short rolls the matcher back.
+At run time a `Constraint` (one llguidance matcher) rides on the Sampler. Checking a sampled token costs ~2 us, a full
+vocabulary mask 0.1-2 ms (49k-262k tokens), so the sampler tries the model's own choice first and masks only if the
+grammar rejects it: exactly the masked distribution (Sampler.sample). Every sampled token is committed, so plain
+decoding and DFlash verification (each drafted row sampled in turn) advance the matcher alike, an accepted draft always
+satisfies the grammar, and a run cut short rolls the matcher back.
 """
 from __future__ import annotations
 
@@ -316,8 +316,7 @@ class Constraint:
     def allows(self, token: int) -> bool:
         t0 = time.perf_counter()
         ok = 0 <= token < self.n_vocab and self.matcher.validate_tokens([token]) == 1
-        self.check_s += time.perf_counter() - t0
-        self.n_checks += 1
+        self.check_s, self.n_checks = self.check_s + time.perf_counter() - t0, self.n_checks + 1
         return ok
 
     def mask(self, logits: torch.Tensor) -> torch.Tensor:
@@ -333,9 +332,12 @@ class Constraint:
         out = logits.clone()
         out[:n].masked_fill_(torch.from_numpy(forbidden.view(np.bool_)).to(out.device), float("-inf"))
         out[n:] = float("-inf")
-        self.mask_s += time.perf_counter() - t0
-        self.n_masks += 1
+        self.mask_s, self.n_masks = self.mask_s + time.perf_counter() - t0, self.n_masks + 1
         return out
+
+    def forces_next(self) -> bool:
+        """Whether the grammar forces the next token (JSON scaffolding); the words grammar never does."""
+        return self.active and not self.matcher.is_stopped() and bool(self.matcher.compute_ff_tokens())
 
     def repair_drafts(self, drafts: list[int]) -> list[int]:
         """Drafts worth verifying: the prefix the grammar accepts, then the tokens it forces from there (JSON
@@ -385,8 +387,7 @@ def make_constraint(tok: Tokenizer, grammar: str, stop_ids: set[int]) -> Constra
     try:
         import llguidance
     except ImportError:
-        warnings.warn("llguidance is not installed: tool calls are not schema-constrained", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn("llguidance is not installed: tool calls are not schema checked", RuntimeWarning, stacklevel=2)
         return None
     stops = {i for i in stop_ids if 0 <= i < tok.vocab_size}
     lt = lltokenizer(tok, stops)
