@@ -518,3 +518,18 @@ def test_p_min_ends_a_draft_at_the_first_unsure_slot(models, engines):
     assert cut.completion_ids == fixed.completion_ids
     assert cut.spec["drafted"] == 0 and cut.spec["tokens_per_pass"] == 1.0
     assert cut.spec["drafter_passes"] == cut.spec["target_passes"]  # every step drafted, and every draft was cut
+
+
+def test_the_same_prompt_again_gets_its_prefill_logits_back_as_plain_decoding_does(engines):
+    """A DFlash session that holds the whole prompt (a repeated request, a redraw) takes the logits its prefill gave
+    and runs nothing, as a plain session does. Re-running the prompt's last token as a step rounds another way on a
+    quantized model: on held-out chat the same request twice gave DFlash and plain decoding different replies."""
+    engine = engines["agree"]
+    for use_draft in (True, False):
+        s = engine.new_session()
+        first = engine.generate(PROMPTS[0], SamplingParams(max_tokens=8), session=s, use_draft=use_draft)
+        again = engine.generate(PROMPTS[0], SamplingParams(max_tokens=8), session=s, use_draft=use_draft)
+        assert s.last_prefill == 0 and again.completion_ids == first.completion_ids, use_draft
+    engine.generate(PROMPTS[0][:-1], SamplingParams(max_tokens=8), session=s)  # negative control: a shorter prompt
+    engine.generate(PROMPTS[0], SamplingParams(max_tokens=8), session=s)  # ... then the whole one runs its end again
+    assert s.last_prefill >= 1

@@ -150,8 +150,12 @@ class DFlashDecoder:
 
     # --- Decoder protocol ----------------------------------------------------------------------------------------
     def prefill(self, ids: list[int]) -> None:
-        # reuse only the prefix both the target cache and the drafter context hold
-        keep = min(common_prefix(self.session.tokens, self.state.tokens, ids), max(len(ids) - 1, 0))
+        # reuse only the prefix both the target cache and the drafter context hold; a prompt both hold whole gets
+        # its prefill's logits back, as a plain decoder's does (re-running its last token as a step rounds another
+        # way: the same request twice gave DFlash and plain decoding different replies)
+        both = common_prefix(self.session.tokens, self.state.tokens, ids)
+        whole = both == len(ids) and self.engine.holds_logits(self.session, ids)
+        keep = len(ids) if whole else min(both, max(len(ids) - 1, 0))
         self.state.truncate(keep)
         self.n_prompt = len(ids)
         self.logits = self.engine.prefill(self.session, ids, max_reuse=keep, capture=self.drafter.capture,

@@ -183,11 +183,10 @@ class Engine:
         if len(ids) >= self.n_ctx:
             raise ValueError(f"prompt of {len(ids)} tokens does not fit the context ({self.n_ctx})")
         common = common_prefix(session.tokens, ids)
-        held = session.held_logits
-        if common == len(ids) and held is not None and held[0] == len(ids) and max_reuse is None and not forward_kw:
+        if self.holds_logits(session, ids) and (max_reuse is None or max_reuse >= len(ids)):
             session.truncate(len(ids))
             session.last_prefill = 0
-            return held[1].clone()
+            return session.held_logits[1].clone()
         keep = min(common, len(ids) - 1)  # run at least one token to get its logits
         if max_reuse is not None:
             keep = min(keep, max_reuse)
@@ -196,9 +195,15 @@ class Engine:
         logits = self.forward(session, ids[keep:], **forward_kw)
         if not bool(torch.isfinite(logits).all()):  # finite weights whose products overflow fp32: refuse, don't babble
             raise GGUFError(f"{self.gguf.path.name}: the model's logits are not finite (its weights overflow fp32)")
-        if not forward_kw:
+        if set(forward_kw) <= {"capture", "on_chunk"}:  # they read hidden states: the logits are the same
             session.held_logits = (len(ids), logits.clone())
         return logits
+
+    @staticmethod
+    def holds_logits(session: Session, ids: list[int]) -> bool:
+        """The session holds the whole prompt and its prefill's logits (prefill then runs nothing)."""
+        held = session.held_logits
+        return held is not None and held[0] == len(ids) and common_prefix(session.tokens, ids) == len(ids)
 
     # --- generation ------------------------------------------------------------------------------------------------
     def stream(self, prompt_ids: list[int], params: SamplingParams | None = None, *, session: Session | None = None,
