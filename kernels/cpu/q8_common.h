@@ -39,7 +39,8 @@
 #define DUP 1
 #endif
 #define XLANES (LANES * DUP)
-#define NU 4  /* weight units (a row, or a pair with PAIR) the rows-as-lanes product takes at once (q8_rows.h) */  /* int32 lanes of one x group in the rows-as-lanes layout */
+/* weight units (a row, or a pair with PAIR) the rows-as-lanes product takes at once (q8_rows.h) */
+#define NU 4  /* int32 lanes of one x group in the rows-as-lanes layout */
 /* one row, Q4_0 / Q5_0: blocks whose nibble halves one instruction takes side by side (a ymm: 2, a zmm: 4) */
 #ifdef PAIR
 #define NIBG 4

@@ -174,7 +174,8 @@ static int row_alloc(Row *r, int64_t K, int64_t nbp, int n) {
 }
 
 static void row_free(Row *r) {
-    free(r->q); free(r->dw); free(r->mw); free(r->sc); free(r->mn); free(r->mnp); free(r->scp); free(r->pbuf); free(r->dh);
+    free(r->q); free(r->dw); free(r->mw); free(r->sc); free(r->mn); free(r->mnp); free(r->scp); free(r->pbuf);
+    free(r->dh);
 }
 
 /* y [M, sum N_p] = x [M, K] @ [W_0; W_1; ...]^T for n_parts weights side by side (q|k|v, gate|up), each [N_p, K] in

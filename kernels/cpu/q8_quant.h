@@ -25,10 +25,10 @@ static void quantize_row(const float *x, int64_t n, int bs, int8_t *q, float *d)
 
 /* One quantized x (blocks of bs = 32 or 256). Per row: q [M][K], d [M][nbp] (nbp: blocks rounded up to 8, padding
  * zero), sums of q per 32 s32 [M][n32p] (int32, padded like d) and as int16 h32 [M][K/32], per 16 h16 [M][K/16].
- * With lanes (several rows on the rows-as-lanes path) also rows-as-lanes, padded rows zero: qt [chunks][K/4][XLANES] (4 bytes per int32), dt
- * [chunks][nbp][XLANES], s32t [chunks][K/32][XLANES], and h32t [chunks][K/64][XLANES] (two int16 sums per int32).
- * h16t [chunks][K/32][XLANES] holds the sums per 16 the same way. Row l of a chunk is lane l, or lanes 2l and 2l + 1
- * where a zmm meets two weight rows (DUP = 2). */
+ * With lanes (several rows on the rows-as-lanes path) also rows-as-lanes, padded rows zero: qt [chunks][K/4][XLANES]
+ * (4 bytes per int32), dt [chunks][nbp][XLANES], s32t [chunks][K/32][XLANES], and h32t [chunks][K/64][XLANES] (two
+ * int16 sums per int32). h16t [chunks][K/32][XLANES] holds the sums per 16 the same way. Row l of a chunk is lane
+ * l, or lanes 2l and 2l + 1 where a zmm meets two weight rows (DUP = 2). */
 typedef struct {
     int64_t nbp, n32p;
     int8_t *q, *qp;

@@ -13,7 +13,7 @@
 #define BOLT_Q8_ROWS16_H
 
 #ifdef PAIR
-#define R16_M 8  /* the most rows of x this path takes; more go rows-as-lanes */
+#define R16_M 32  /* the most rows of x this path takes (a verify block, a short prefill chunk) */
 
 static inline int rows16_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
