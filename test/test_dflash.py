@@ -447,6 +447,27 @@ def test_adaptive_drafting_is_lossless_and_cheap_with_a_useless_drafter(models):
         assert spec.spec["drafter_passes"] <= 0.3 * spec.spec["target_passes"], spec.spec
 
 
+def test_a_useless_drafter_pays_fewer_probes_on_the_next_reply_of_the_same_kind(models):
+    """The adaptive policy's backoff carries over to the next generation of the same kind (Drafter.carry): a drafter
+    never accepted on the first reply starts the second in backoff, so short replies stop paying its probes; a
+    grammar's generations keep their own. Negative control: the policy of an accepted drafter carries nothing."""
+    from bolt_ros.engine.decode.draft_policy import AdaptiveDraft
+
+    engine = Engine.load(models["random"][2], draft=models["random"][3], n_ctx=512)
+    params = SamplingParams(max_tokens=16)
+    plain = engine.generate(PROMPTS[0], params, use_draft=False)
+    first, second = (engine.generate(PROMPTS[0], params, session=engine.new_session()) for _ in range(2))
+    assert first.completion_ids == second.completion_ids == plain.completion_ids
+    assert engine.draft.carry[False] > 1 and True not in engine.draft.carry  # no grammar here: its kind only
+    assert second.spec["drafter_passes"] < first.spec["drafter_passes"], (first.spec, second.spec)
+    good = AdaptiveDraft(7)
+    good.update(7, 7, 7)
+    assert good.carry() == 0
+    fresh = AdaptiveDraft(7)
+    fresh.resume(good.carry())
+    assert fresh.next_n() == 7  # nothing carried: a whole block at once
+
+
 def test_adaptive_drafting_keeps_whole_blocks_with_an_agreeing_drafter(models, engines):
     fixed = engines["agree"].generate(PROMPTS[0], SamplingParams(max_tokens=48))
     # p_min off: this random echo model agrees with its drafter on the argmax, from a flat distribution

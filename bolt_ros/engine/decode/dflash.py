@@ -109,6 +109,8 @@ class Drafter:
         self.n_max = min(options.n_max or cfg.block_size - 1, cfg.block_size - 1)
         self.p_min = options.p_min
         self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # per kind of generation (under a grammar or not): the adaptive policy's backoff where the last one ended
+        self.carry: dict[bool, int] = {}
 
     @property
     def capture(self) -> tuple[int, ...]:
@@ -143,6 +145,9 @@ class DFlashDecoder:
         self.draft_s = self.verify_s = 0.0
         self.committed = 0
         self.policy = AdaptiveDraft(drafter.n_max) if drafter.options.adaptive else FixedDraft(drafter.n_max)
+        self.kind = sampler.constraint is not None  # spoken replies decode under the words grammar, tool turns not
+        if isinstance(self.policy, AdaptiveDraft):
+            self.policy.resume(drafter.carry.get(self.kind, 0))
 
     # --- target passes with feature capture --------------------------------------------------------------------
     def _inject(self, hidden: dict[int, torch.Tensor], tokens: list[int], now: bool = True) -> None:
@@ -191,6 +196,8 @@ class DFlashDecoder:
         self.log.append((drafts, a))
         self.policy.update(n, len(drafts), a)
         self.policy.observe(n, time.perf_counter() - t0, len(new))
+        if isinstance(self.policy, AdaptiveDraft):
+            self.drafter.carry[self.kind] = self.policy.carry()
         self.committed += len(new)
         self.pending = new[-1]
         self.anchor_logits = out.logits[len(new) - 1]  # the row that gave the pending token
