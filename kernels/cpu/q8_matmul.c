@@ -37,6 +37,7 @@
 #include "q8_row1.h"
 #include "q8_rows.h"
 #include "q8_rows16.h"
+#include "q8_rows8.h"
 
 /* 1 where this level has a vectorized kernel for the type (the others run, correctly, at scalar speed) */
 int CAT(bolt_q8_fast, LEVEL)(int t) {
@@ -77,10 +78,13 @@ static void unpack_row(int t, const uint8_t *w, int64_t K, Row *r) {
     unpack_scalar(t, w, K, r);
 }
 
-/* whether M rows against type t take q8_rows16.h (else rows-as-lanes, or the 1-row path) */
+/* whether M rows against type t take weight rows as lanes (q8_rows16.h with AVX-512, q8_rows8.h with AVX2 /
+ * AVX-VNNI); else rows-as-lanes, or the 1-row path */
 static int rows16_path(int t, int64_t M) {
 #ifdef PAIR
     return M > 1 && M <= R16_M && rows16_type(t);
+#elif defined(SIMD)
+    return M > 1 && M <= R8_M && rows8_type(t);
 #else
     (void)t, (void)M;
     return 0;
@@ -99,12 +103,14 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
         tile1(t, w, rb, R, K, xq, r->pbuf, y);
         return;
     }
+    if (rows16_path(t, M)) {  /* a verify block: 16 (AVX-512) or 8 weight rows as lanes */
 #ifdef PAIR
-    if (rows16_path(t, M)) {  /* a verify block: 16 weight rows as lanes (q8_rows16.h) */
         rows16(t, w, rb, R, K, M, xq, y, ystride);
+#else
+        rows8(t, w, rb, R, K, M, xq, y, ystride);
+#endif
         return;
     }
-#endif
     if (M == 1) {
         for (int i = 0; i < R; i++) {
             unpack_scalar(t, w + i * rb, K, r);
@@ -210,7 +216,7 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
                 int t = types[p];
                 int64_t rb = row_bytes(t, K);
                 const XQ *xq = is_k(t) ? &xk : &x32;
-                int64_t tile = rows16_path(t, M) ? 16 : 8;  /* weight rows a call of weight_rows takes */
+                int64_t tile = rows16_path(t, M) && DUP == 2 ? 16 : 8;  /* weight rows a weight_rows call takes */
                 #pragma omp for schedule(static) nowait
                 for (int64_t n = 0; n < N[p]; n += tile)
                     weight_rows(t, w[p] + n * rb, rb, (int)(N[p] - n < tile ? N[p] - n : tile), K, M, xq, r,

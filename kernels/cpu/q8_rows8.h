@@ -1,0 +1,165 @@
+/* q8_matmul: a verify block or a short prefill chunk (2..32 rows of x) against 8 weight rows of a 32-block type
+ * (Q4_0, Q5_0, Q8_0) at once, weight rows as the lanes of a ymm: the AVX2 and AVX-VNNI levels' form of
+ * q8_rows16.h (which the AVX-512 levels take, with the reasons). 8 rows' blocks are transposed in registers, x's 4
+ * bytes of a group are a broadcast load, and one float tail per row of x serves 8 weight rows. Products: vpdpbusd with
+ * AVX-VNNI; on AVX2 vpmaddubsw, four groups summed in int16 (Q4_0 / Q5_0 codes <= 31: 4 * 2 * 31 * 127 < 2^15), then
+ * vpmaddwd; Q8_0's signed codes as |q| times x with q's sign (q8_common.h's dot_ss), each group widened at once.
+ * Each lane is one (x row, weight row) product in the one float order of q8_matmul.c: the portable loop's bits.
+ * Part of q8_matmul.c's one translation unit per level, which includes the parts in order. */
+#ifndef BOLT_Q8_ROWS8_H
+#define BOLT_Q8_ROWS8_H
+
+#if defined(SIMD) && !defined(PAIR)
+#define R8_M 32  /* the most rows of x this path takes; more go rows-as-lanes */
+
+static inline int rows8_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0; }
+
+/* r[i]: 8 dwords of row i -> T[k]: dword k of the 8 rows (lane = row) */
+static inline void t8_8(const __m256i r[8], __m256i T[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);      /* [a0 b0 a1 b1 | a4 b4 a5 b5] */
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);  /* [a2 b2 a3 b3 | a6 b6 a7 b7] */
+    }
+    for (int h = 0; h < 2; h++)  /* rows 4h..4h+3: dwords {0, 4}, {1, 5}, {2, 6}, {3, 7} */
+        for (int j = 0; j < 2; j++) {
+            u[4 * h + 2 * j] = _mm256_unpacklo_epi64(t[4 * h + j], t[4 * h + 2 + j]);
+            u[4 * h + 2 * j + 1] = _mm256_unpackhi_epi64(t[4 * h + j], t[4 * h + 2 + j]);
+        }
+    for (int k = 0; k < 4; k++) {  /* u[k]: rows 0..3 of dwords k | k + 4; u[4 + k]: rows 4..7 */
+        T[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        T[k + 4] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+/* bits 4k..4k+3 of each lane's qh -> 0x10 in the bytes of the group's 4 codes */
+static inline __m256i fifth8(__m256i h, int k) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                            0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m256i bit = _mm256_set1_epi32(0x08040201);
+    __m256i b = _mm256_shuffle_epi8(_mm256_srli_epi32(h, 4 * k), spread);  /* each lane's low byte, 4 times */
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* block b of the 8 rows (p: their first bytes, vo: row * rb) -> W[k] (codes 4k..4k+3 of every row; unsigned, AVX2's
+ * Q8_0 signed), dw: the rows' scales */
+static inline __attribute__((always_inline)) void w8_block(int t, const uint8_t *const p[8], const uint8_t *w,
+                                                          __m256i vo, int64_t b, __m256i W[8], __m256 *dw) {
+    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
+    const int64_t o = bytes * b;
+    __m256i d32 = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(w + o), vo, 1), _mm256_set1_epi32(0xFFFF));
+    *dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(d32), _mm256_extracti128_si256(d32, 1)));
+    if (t == Q8_0) {
+        __m256i r[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + o + 2));
+        t8_8(r, W);
+        if (!SIGNED_Q8)  /* VNNI: signed codes as q + 128 (off 128) */
+            for (int k = 0; k < 8; k++) W[k] = _mm256_xor_si256(W[k], _mm256_set1_epi8((char)0x80));
+        return;
+    }
+    const int q = t == Q4_0 ? 2 : 6;
+    __m256i a[4], t0[4], T[4];
+    for (int i = 0; i < 4; i++)  /* [row i | row i + 4], 4 dwords each */
+        a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[i] + o + q))),
+                                       _mm_loadu_si128((const __m128i *)(p[i + 4] + o + q)), 1);
+    t0[0] = _mm256_unpacklo_epi32(a[0], a[1]);
+    t0[1] = _mm256_unpackhi_epi32(a[0], a[1]);
+    t0[2] = _mm256_unpacklo_epi32(a[2], a[3]);
+    t0[3] = _mm256_unpackhi_epi32(a[2], a[3]);
+    T[0] = _mm256_unpacklo_epi64(t0[0], t0[2]);  /* dword 0 of rows 0..3 | 4..7 */
+    T[1] = _mm256_unpackhi_epi64(t0[0], t0[2]);
+    T[2] = _mm256_unpacklo_epi64(t0[1], t0[3]);
+    T[3] = _mm256_unpackhi_epi64(t0[1], t0[3]);
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; k++) {  /* byte j holds code j (low nibble) and code j + 16 (high) */
+        W[k] = _mm256_and_si256(T[k], low);
+        W[k + 4] = _mm256_and_si256(_mm256_srli_epi32(T[k], 4), low);
+    }
+    if (t == Q5_0) {  /* code c's fifth bit is bit c of qh */
+        __m256i h = _mm256_i32gather_epi32((const int *)(w + o + 2), vo, 1);
+        for (int k = 0; k < 8; k++) W[k] = _mm256_or_si256(W[k], fifth8(h, k));
+    }
+}
+
+/* isum of one row of x (its 32 bytes at x) against W, from a (the offset's term) */
+static inline __attribute__((always_inline)) __m256i dot8(int t, const __m256i W[8], const __m256i A[8],
+                                                         const int8_t *x, __m256i a) {
+#ifdef VNNI
+    (void)t, (void)A;
+    for (int k = 0; k < 8; k++) a = dot_us(a, W[k], _mm256_set1_epi32(ld32(x + 4 * k)));
+    return a;
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (t == Q8_0) {  /* |q| (A) times x with q's sign: a pair reaches 2 * 128 * 127, widened per group */
+        for (int k = 0; k < 8; k++)
+            a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(
+                    A[k], _mm256_sign_epi8(_mm256_set1_epi32(ld32(x + 4 * k)), W[k])), ones));
+        return a;
+    }
+    for (int h = 0; h < 2; h++) {  /* four groups in int16, then widened */
+        __m256i s = _mm256_maddubs_epi16(W[4 * h], _mm256_set1_epi32(ld32(x + 16 * h)));
+        for (int k = 1; k < 4; k++)
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(W[4 * h + k], _mm256_set1_epi32(ld32(x + 16 * h + 4 * k))));
+        a = _mm256_add_epi32(a, _mm256_madd_epi16(s, ones));
+    }
+    return a;
+#endif
+}
+
+static inline __m256 tree8y(const __m256 p[8]) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3])),
+                         _mm256_add_ps(_mm256_add_ps(p[4], p[5]), _mm256_add_ps(p[6], p[7])));
+}
+
+/* R <= 8 weight rows at w (rb bytes apart) against M <= R8_M rows of x: y[m * ystride + r]; the next 8 rows are
+ * fetched a block's share per block */
+static inline __attribute__((always_inline)) void rows8_t(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
+                                                         int64_t M, const XQ *xq, float *y, int64_t ystride) {
+    const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : SIGNED_Q8 ? 0 : 128, bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
+    const int64_t nb = K / 32;
+    const uint8_t *p[8];
+    int32_t vo_s[8];
+    for (int r = 0; r < 8; r++) {  /* rows past R repeat the last one (valid bytes; their lanes are not stored) */
+        int rr = r < R ? r : R - 1;
+        p[r] = w + rr * rb;
+        vo_s[r] = (int32_t)(rr * rb);
+    }
+    const __m256i vo = _mm256_loadu_si256((const __m256i *)vo_s);
+    __m256 acc[R8_M], P[R8_M][8];
+    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < nb; g += 8) {
+        for (int i = 0; i < 8; i++) {
+            int64_t b = g + i;
+            if (b >= nb) {
+                for (int m = 0; m < M; m++) P[m][i] = _mm256_setzero_ps();
+                continue;
+            }
+            for (int r = 0; r < 8; r++) __builtin_prefetch(p[r] + 8 * rb + bytes * b);
+            __m256i W[8], A[8];
+            __m256 dw;
+            w8_block(t, p, w, vo, b, W, &dw);
+            for (int k = 0; k < 8; k++) A[k] = t == Q8_0 ? _mm256_abs_epi8(W[k]) : W[k];
+            for (int m = 0; m < M; m++) {
+                __m256i isum = dot8(t, W, A, xq->q + m * K + 32 * b,
+                                    _mm256_set1_epi32(-off * xq->s32[m * xq->n32p + b]));
+                __m256 dx = _mm256_set1_ps(xq->d[m * xq->nbp + b]);
+                P[m][i] = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx));
+            }
+        }
+        for (int m = 0; m < M; m++) acc[m] = _mm256_add_ps(acc[m], tree8y(P[m]));
+    }
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int m = 0; m < M; m++) _mm256_maskstore_ps(y + m * ystride, keep, acc[m]);
+}
+
+static void rows8(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, float *y,
+                  int64_t ystride) {
+    switch (t) {  /* t a constant in each */
+    case Q4_0: rows8_t(Q4_0, w, rb, R, K, M, xq, y, ystride); break;
+    case Q5_0: rows8_t(Q5_0, w, rb, R, K, M, xq, y, ystride); break;
+    default: rows8_t(Q8_0, w, rb, R, K, M, xq, y, ystride); break;
+    }
+}
+#endif
+
+#endif
