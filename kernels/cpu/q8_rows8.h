@@ -1,5 +1,5 @@
-/* q8_matmul: a verify block or a short prefill chunk (2..32 rows of x) against 8 weight rows of a 32-block type
- * (Q4_0, Q5_0, Q8_0) at once, weight rows as the lanes of a ymm: the AVX2 and AVX-VNNI levels' form of
+/* q8_matmul: a verify block or a short prefill chunk (2..32 rows of x) against 8 weight rows (Q4_0, Q5_0, Q8_0,
+ * Q4_K, Q6_K) at once, weight rows as the lanes of a ymm: the AVX2 and AVX-VNNI levels' form of
  * q8_rows16.h (which the AVX-512 levels take, with the reasons). 8 rows' blocks are transposed in registers, x's 4
  * bytes of a group are a broadcast load, and one float tail per row of x serves 8 weight rows. Products: vpdpbusd with
  * AVX-VNNI; on AVX2 vpmaddubsw, four groups summed in int16 (Q4_0 / Q5_0 codes <= 31: 4 * 2 * 31 * 127 < 2^15), then
@@ -12,7 +12,7 @@
 #if defined(SIMD) && !defined(PAIR)
 #define R8_M 32  /* the most rows of x this path takes; more go rows-as-lanes */
 
-static inline int rows8_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0; }
+static inline int rows8_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
 /* r[i]: 8 dwords of row i -> T[k]: dword k of the 8 rows (lane = row) */
 static inline void t8_8(const __m256i r[8], __m256i T[8]) {
@@ -106,6 +106,150 @@ static inline __attribute__((always_inline)) __m256i dot8(int t, const __m256i W
 #endif
 }
 
+/* 8 lanes' fp16 at the low (hi = 0) or high half of v -> floats */
+static inline __m256 half8(__m256i v, int hi) {
+    v = hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+    return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* a lane's int32 scale s as the int16 pair (s, s): vpmaddwd of int16 sums with it is their sum times s */
+static inline __m256i pair_of(__m256i s) {
+    return _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s, 16));
+}
+
+/* sub-block sum of n4 groups of codes c against x's groups at x, times the lanes' scale (sc: int32; sc16: as pairs).
+ * AVX2: the groups' vpmaddubsw pairs summed in int16 in runs of `run` (codes <= 15: 8; <= 63: 2), then vpmaddwd
+ * with the scale pair. */
+static inline __attribute__((always_inline)) __m256i sub8(const __m256i *c, const int8_t *x, int n4, int run,
+                                                         __m256i sc, __m256i sc16) {
+#ifdef VNNI
+    (void)run, (void)sc16;
+    __m256i s = _mm256_setzero_si256();
+    for (int k = 0; k < n4; k++) s = dot_us(s, c[k], _mm256_set1_epi32(ld32(x + 4 * k)));
+    return _mm256_mullo_epi32(s, sc);
+#else
+    (void)sc;
+    __m256i a = _mm256_setzero_si256();
+    for (int k0 = 0; k0 < n4; k0 += run) {
+        __m256i s = _mm256_maddubs_epi16(c[k0], _mm256_set1_epi32(ld32(x + 4 * k0)));
+        for (int k = k0 + 1; k < k0 + run; k++)
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(c[k], _mm256_set1_epi32(ld32(x + 4 * k))));
+        a = _mm256_add_epi32(a, _mm256_madd_epi16(s, sc16));
+    }
+    return a;
+#endif
+}
+
+/* Q4_K superblock b for every row of x: p[m] (q8_rows16.h's p16_q4k on 8 lanes) */
+static inline __attribute__((always_inline)) void p8_q4k(const uint8_t *const p[8], const uint8_t *w, __m256i vo,
+                                                        int64_t b, int64_t K, int64_t M, const XQ *xq, __m256 *out,
+                                                        int stride) {
+    const uint8_t *wb = w + 144 * b;
+    __m256i d32 = _mm256_i32gather_epi32((const int *)wb, vo, 1);  /* d | dmin */
+    __m256 dw = half8(d32, 0), mw = half8(d32, 1);
+    __m256i u0 = _mm256_i32gather_epi32((const int *)(wb + 4), vo, 1);
+    __m256i u1 = _mm256_i32gather_epi32((const int *)(wb + 8), vo, 1);
+    __m256i u2 = _mm256_i32gather_epi32((const int *)(wb + 12), vo, 1);
+    const __m256i m6 = _mm256_set1_epi32(0x3F3F3F3F), m4 = _mm256_set1_epi32(0x0F0F0F0F);
+    const __m256i top = _mm256_set1_epi32(0x30303030), byte = _mm256_set1_epi32(0xFF);
+    __m256i sc4[2] = {_mm256_and_si256(u0, m6),
+                      _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(u0, 2), top))};
+    __m256i mn4[2] = {_mm256_and_si256(u1, m6),
+                      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                      _mm256_and_si256(_mm256_srli_epi32(u1, 2), top))};
+    __m256i SC[8], SC16[8], MNP[4], isum[R8_M];
+    for (int j = 0; j < 8; j++) {
+        SC[j] = _mm256_and_si256(_mm256_srli_epi32(sc4[j / 4], 8 * (j % 4)), byte);
+        SC16[j] = pair_of(SC[j]);
+    }
+    for (int i = 0; i < 4; i++) {  /* bytes 2q, 2q + 1 as two int16 */
+        __m256i u = _mm256_srli_epi32(mn4[i / 2], 16 * (i % 2));
+        MNP[i] = _mm256_or_si256(_mm256_and_si256(u, byte),
+                                 _mm256_and_si256(_mm256_slli_epi32(u, 8), _mm256_set1_epi32(0xFF0000)));
+    }
+    for (int m = 0; m < M; m++) isum[m] = _mm256_setzero_si256();
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (int g = 0; g < 4; g++) {  /* 32 bytes: sub-block 2g in the low nibbles, 2g + 1 in the high ones */
+        __m256i r[8], T[8], lo[8], hi[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 144 * b + 16 + 32 * g));
+        t8_8(r, T);
+        for (int k = 0; k < 8; k++) {
+            lo[k] = _mm256_and_si256(T[k], low);
+            hi[k] = _mm256_and_si256(_mm256_srli_epi32(T[k], 4), low);
+        }
+        for (int m = 0; m < M; m++) {
+            const int8_t *x = xq->q + m * K + 256 * b + 64 * g;
+            isum[m] = _mm256_add_epi32(isum[m], _mm256_add_epi32(sub8(lo, x, 8, 8, SC[2 * g], SC16[2 * g]),
+                                                                 sub8(hi, x + 32, 8, 8, SC[2 * g + 1],
+                                                                      SC16[2 * g + 1])));
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        const int16_t *h = xq->h32 + m * (K / 32) + 8 * b;
+        __m256i jsum = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) jsum = madd_acc(jsum, MNP[i], _mm256_set1_epi32(ld32(h + 2 * i)));
+        __m256 dx = _mm256_set1_ps(xq->d[m * xq->nbp + b]);
+        __m256 pb = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[m]), _mm256_mul_ps(dw, dx));
+        __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), jsum);
+        out[m * stride] = _mm256_add_ps(pb, _mm256_mul_ps(_mm256_cvtepi32_ps(neg), _mm256_mul_ps(mw, dx)));
+    }
+}
+
+/* Q6_K superblock b for every row of x: p[m] (q8_rows16.h's p16_q6k on 8 lanes) */
+static inline __attribute__((always_inline)) void p8_q6k(const uint8_t *const p[8], const uint8_t *w, __m256i vo,
+                                                        int64_t b, int64_t K, int64_t M, const XQ *xq, __m256 *out,
+                                                        int stride) {
+    const uint8_t *wb = w + 210 * b;
+    __m256 dw = half8(_mm256_i32gather_epi32((const int *)(wb + 206), vo, 1), 1);  /* not past the row's end */
+    __m256i SC[16], SC16[16], SCP[8], isum[R8_M];
+    for (int q = 0; q < 4; q++) {  /* the 16 int8 scales, sign-extended per lane */
+        __m256i g = _mm256_i32gather_epi32((const int *)(wb + 192 + 4 * q), vo, 1);
+        for (int j = 0; j < 4; j++) {
+            SC[4 * q + j] = _mm256_srai_epi32(_mm256_slli_epi32(g, 24 - 8 * j), 24);
+            SC16[4 * q + j] = pair_of(SC[4 * q + j]);
+        }
+    }
+    for (int i = 0; i < 8; i++)
+        SCP[i] = _mm256_or_si256(_mm256_and_si256(SC[2 * i], _mm256_set1_epi32(0xFFFF)),
+                                 _mm256_slli_epi32(SC[2 * i + 1], 16));
+    for (int m = 0; m < M; m++) isum[m] = _mm256_setzero_si256();
+    const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        __m256i r[8], TA[8], TB[8], TH[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 210 * b + 64 * h));
+        t8_8(r, TA);
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 210 * b + 64 * h + 32));
+        t8_8(r, TB);
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 210 * b + 128 + 32 * h));
+        t8_8(r, TH);
+        for (int c = 0; c < 4; c++) {  /* elements 128h + 32c + l: sub-blocks 8h + 2c (l < 16) and 8h + 2c + 1 */
+            __m256i C[8];
+            for (int k = 0; k < 8; k++) {
+                __m256i src = c & 1 ? TB[k] : TA[k];
+                __m256i lo = c < 2 ? _mm256_and_si256(src, low) : _mm256_and_si256(_mm256_srli_epi32(src, 4), low);
+                __m256i hb = c == 0 ? _mm256_slli_epi32(TH[k], 4) : c == 1 ? _mm256_slli_epi32(TH[k], 2)
+                           : c == 2 ? TH[k] : _mm256_srli_epi32(TH[k], 2);  /* qh's 2 bits of this kind at 4..5 */
+                C[k] = _mm256_or_si256(lo, _mm256_and_si256(hb, bits45));
+            }
+            int j = 8 * h + 2 * c;
+            for (int m = 0; m < M; m++) {
+                const int8_t *x = xq->q + m * K + 256 * b + 128 * h + 32 * c;
+                isum[m] = _mm256_add_epi32(isum[m], _mm256_add_epi32(sub8(C, x, 4, 2, SC[j], SC16[j]),
+                                                                     sub8(C + 4, x + 16, 4, 2, SC[j + 1],
+                                                                          SC16[j + 1])));
+            }
+        }
+    }
+    for (int m = 0; m < M; m++) {  /* - 32 sum_s sc_s sum(x)_s */
+        const int16_t *h16 = xq->h16 + m * (K / 16) + 16 * b;
+        __m256i cor = _mm256_setzero_si256();
+        for (int i = 0; i < 8; i++) cor = madd_acc(cor, SCP[i], _mm256_set1_epi32(ld32(h16 + 2 * i)));
+        __m256i is = _mm256_sub_epi32(isum[m], _mm256_slli_epi32(cor, 5));
+        __m256 dx = _mm256_set1_ps(xq->d[m * xq->nbp + b]);
+        out[m * stride] = _mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, dx));
+    }
+}
+
 static inline __m256 tree8y(const __m256 p[8]) {
     return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3])),
                          _mm256_add_ps(_mm256_add_ps(p[4], p[5]), _mm256_add_ps(p[6], p[7])));
@@ -115,8 +259,9 @@ static inline __m256 tree8y(const __m256 p[8]) {
  * fetched a block's share per block */
 static inline __attribute__((always_inline)) void rows8_t(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
                                                          int64_t M, const XQ *xq, float *y, int64_t ystride) {
-    const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : SIGNED_Q8 ? 0 : 128, bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
-    const int64_t nb = K / 32;
+    const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : SIGNED_Q8 ? 0 : 128;
+    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q8_0 ? 34 : t == Q4_K ? 144 : 210;
+    const int64_t nb = K / block_len(t);
     const uint8_t *p[8];
     int32_t vo_s[8];
     for (int r = 0; r < 8; r++) {  /* rows past R repeat the last one (valid bytes; their lanes are not stored) */
@@ -134,7 +279,13 @@ static inline __attribute__((always_inline)) void rows8_t(int t, const uint8_t *
                 for (int m = 0; m < M; m++) P[m][i] = _mm256_setzero_ps();
                 continue;
             }
-            for (int r = 0; r < 8; r++) __builtin_prefetch(p[r] + 8 * rb + bytes * b);
+            for (int r = 0; r < 8; r++)
+                for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p[r] + 8 * rb + bytes * b + o);
+            if (t == Q4_K || t == Q6_K) {
+                if (t == Q4_K) p8_q4k(p, w, vo, b, K, M, xq, &P[0][i], 8);
+                else p8_q6k(p, w, vo, b, K, M, xq, &P[0][i], 8);
+                continue;
+            }
             __m256i W[8], A[8];
             __m256 dw;
             w8_block(t, p, w, vo, b, W, &dw);
@@ -157,6 +308,8 @@ static void rows8(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t
     switch (t) {  /* t a constant in each */
     case Q4_0: rows8_t(Q4_0, w, rb, R, K, M, xq, y, ystride); break;
     case Q5_0: rows8_t(Q5_0, w, rb, R, K, M, xq, y, ystride); break;
+    case Q4_K: rows8_t(Q4_K, w, rb, R, K, M, xq, y, ystride); break;
+    case Q6_K: rows8_t(Q6_K, w, rb, R, K, M, xq, y, ystride); break;
     default: rows8_t(Q8_0, w, rb, R, K, M, xq, y, ystride); break;
     }
 }
