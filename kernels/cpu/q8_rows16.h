@@ -13,7 +13,7 @@
 #define BOLT_Q8_ROWS16_H
 
 #ifdef PAIR
-#define R16_M 32  /* the most rows of x this path takes (a verify block, a short prefill chunk) */
+#define R16_M MAX_M  /* the most rows of x this path takes (a verify block, a short prefill chunk) */
 
 static inline int rows16_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
@@ -145,7 +145,7 @@ static inline __attribute__((always_inline)) void p16_q4k(const uint8_t *const p
     __m512i SC[8], MNP[4], isum[R16_M];
     for (int j = 0; j < 8; j++) SC[j] = byte_lane(sc4[j / 4], j % 4);
     for (int i = 0; i < 4; i++) MNP[i] = byte_pair16(mn4[i / 2], i % 2);
-    for (int m = 0; m < R16_M; m++) isum[m] = _mm512_setzero_si512();
+    for (int m = 0; m < M; m++) isum[m] = _mm512_setzero_si512();
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int g = 0; g < 4; g++) {  /* 32 bytes: sub-block 2g in the low nibbles, 2g + 1 in the high ones */
         __m512i T[8], lo[8], hi[8];
@@ -195,7 +195,7 @@ static inline __attribute__((always_inline)) void p16_q6k(const uint8_t *const p
     for (int i = 0; i < 8; i++)
         SCP[i] = _mm512_or_si512(_mm512_and_si512(SC[2 * i], _mm512_set1_epi32(0xFFFF)),
                                  _mm512_slli_epi32(SC[2 * i + 1], 16));
-    for (int m = 0; m < R16_M; m++) isum[m] = _mm512_setzero_si512();
+    for (int m = 0; m < M; m++) isum[m] = _mm512_setzero_si512();
     const __m512i low = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     for (int h = 0; h < 2; h++) {
         __m512i TA[8], TB[8], TH[8];
@@ -249,7 +249,7 @@ static inline __attribute__((always_inline)) void rows16_t(int t, const uint8_t 
     }
     const __m512i vo = _mm512_loadu_si512((const void *)vo_s);
     __m512 acc[R16_M], P[R16_M][8];
-    for (int m = 0; m < R16_M; m++) acc[m] = _mm512_setzero_ps();
+    for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
     for (int64_t g = 0; g < nb; g += 8) {
         for (int i = 0; i < 8; i++) {
             int64_t b = g + i;

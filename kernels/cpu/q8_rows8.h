@@ -10,7 +10,7 @@
 #define BOLT_Q8_ROWS8_H
 
 #if defined(SIMD) && !defined(PAIR)
-#define R8_M 32  /* the most rows of x this path takes; more go rows-as-lanes */
+#define R8_M MAX_M  /* the most rows of x this path takes */
 
 static inline int rows8_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 

@@ -64,8 +64,10 @@ HEAD_GROUP = 128
 # buffer) and run a dense bf16 GEMM instead: the int kernels cost ~linear in T. Crossovers measured on Qwen2.5 0.5B's
 # tensors (2 threads, AMD EPYC Zen 4): 4864x896 Q5_0 int4x2 3.9 ms vs dense 2.6 ms at T=32 (1.0 vs 2.3 at T=8);
 # 896x4864 Q4_K int4 4.0 vs 3.3 ms at T=64 (2.1 vs 2.7 at T=32). Never for the vocab-sized head.
-# "blocks" (the C kernel costs ~linear in T as well): 4864x896 Q5_0 0.65 ms at T=8, dense 2.6 ms at T=32.
-DENSE_FROM_ROWS = {"int4": 64, "int4x2": 32, "int8": 32, "blocks": 32}
+# "blocks": the C kernel takes up to 64 rows with 16 weight rows as lanes (q8_rows16.h), so it stays: a 32-token
+# chunk of Qwen2.5 0.5B after 1100 tokens, 2 threads, Zen 5: 69-75 ms against 211-282 dense, 64 tokens 125-135
+# against 256-321.
+DENSE_FROM_ROWS = {"int4": 64, "int4x2": 32, "int8": 32, "blocks": 65}
 # output-head candidates recomputed exactly (QuantLinear._refine_top): every logit within HEAD_MARGIN of the row's
 # approximate best (4-bit head error is well below it), at most HEAD_MAX_CANDIDATES per row
 HEAD_MARGIN = 6.0
