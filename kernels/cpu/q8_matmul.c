@@ -30,7 +30,7 @@
  *   0.52 ms). */
 /* the parts, each a header of static functions so that one level is one translation unit: q8_common.h (levels,
  * predicates, SIMD building blocks), q8_quant.h (x to int8), q8_unpack.h (weight rows, the portable loop),
- * q8_row1.h (one row), q8_rows.h (rows-as-lanes) */
+ * q8_row1.h (one row), q8_rows.h (rows-as-lanes), q8_rows16.h / q8_rows8.h / q8_lanes.h (weight rows as lanes) */
 #include "q8_common.h"
 #include "q8_quant.h"
 #include "q8_unpack.h"
@@ -38,6 +38,7 @@
 #include "q8_rows.h"
 #include "q8_rows16.h"
 #include "q8_rows8.h"
+#include "q8_lanes.h"
 
 /* 1 where this level has a vectorized kernel for the type (the others run, correctly, at scalar speed) */
 int CAT(bolt_q8_fast, LEVEL)(int t) {
@@ -78,13 +79,16 @@ static void unpack_row(int t, const uint8_t *w, int64_t K, Row *r) {
     unpack_scalar(t, w, K, r);
 }
 
-/* whether M rows against type t take weight rows as lanes (q8_rows16.h with AVX-512, q8_rows8.h with AVX2 /
- * AVX-VNNI); else rows-as-lanes, or the 1-row path */
-static int rows16_path(int t, int64_t M) {
-#ifdef PAIR
-    return M > 1 && M <= R16_M && rows16_type(t);
-#elif defined(SIMD)
-    return M > 1 && M <= R8_M && rows8_type(t);
+/* whether M rows against type t take weight rows as lanes (q8_lanes.h: 16 with AVX-512, 8 with AVX2 / AVX-VNNI);
+ * else rows-as-lanes, or the 1-row path */
+#ifdef LN
+#define LANES_TILE LN
+#else
+#define LANES_TILE 8
+#endif
+static int lanes_path(int t, int64_t M) {
+#ifdef LN
+    return M > 1 && M <= MAX_M && lanes_type(t);
 #else
     (void)t, (void)M;
     return 0;
@@ -103,14 +107,12 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
         tile1(t, w, rb, R, K, xq, r->pbuf, y);
         return;
     }
-    if (rows16_path(t, M)) {  /* a verify block: 16 (AVX-512) or 8 weight rows as lanes */
-#ifdef PAIR
-        rows16(t, w, rb, R, K, M, xq, y, ystride);
-#else
-        rows8(t, w, rb, R, K, M, xq, y, ystride);
-#endif
+#ifdef LN
+    if (lanes_path(t, M)) {  /* a verify block, a short prefill chunk: LN weight rows as lanes */
+        lanes_rows(t, w, rb, R, K, M, xq, y, ystride);
         return;
     }
+#endif
     if (M == 1) {
         for (int i = 0; i < R; i++) {
             unpack_scalar(t, w + i * rb, K, r);
@@ -202,7 +204,7 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
     memset(&xk, 0, sizeof xk);
     /* the rows-as-lanes layouts only where a part goes that way (serial work: ~1 ms of a verify pass's 97 calls) */
     int lanes = 0;
-    for (int p = 0; p < n_parts && M > 1; p++) lanes |= !rows16_path(types[p], M);
+    for (int p = 0; p < n_parts && M > 1; p++) lanes |= !lanes_path(types[p], M);
     int bad = (need32 && xq_make(&x32, x, M, K, 32, lanes)) || (needk && xq_make(&xk, x, M, K, 256, lanes));
     int64_t nbp = (K / 32 + 7) / 8 * 8;
     if (!bad) {
@@ -216,7 +218,7 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
                 int t = types[p];
                 int64_t rb = row_bytes(t, K);
                 const XQ *xq = is_k(t) ? &xk : &x32;
-                int64_t tile = rows16_path(t, M) && DUP == 2 ? 16 : 8;  /* weight rows a weight_rows call takes */
+                int64_t tile = lanes_path(t, M) ? LANES_TILE : 8;  /* weight rows a weight_rows call takes */
                 #pragma omp for schedule(static) nowait
                 for (int64_t n = 0; n < N[p]; n += tile)
                     weight_rows(t, w[p] + n * rb, rb, (int)(N[p] - n < tile ? N[p] - n : tile), K, M, xq, r,

@@ -13,9 +13,6 @@
 #define BOLT_Q8_ROWS16_H
 
 #ifdef PAIR
-#define R16_M MAX_M  /* the most rows of x this path takes (a verify block, a short prefill chunk) */
-
-static inline int rows16_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
 /* Z[i]: rows 4i..4i+3 x dwords 0..3 (lane 4r + d) -> T[d]: dword d of rows 0..15 (lane = row) */
 static inline void t16_4x4(const __m512i Z[4], __m512i T[4]) {
@@ -93,7 +90,7 @@ static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t
 }
 
 /* block b of a 32-block type for every row of x: p[m] (lanes: the 16 weight rows) */
-static inline __attribute__((always_inline)) void p16_legacy(int t, const uint8_t *const p[16], const uint8_t *w,
+static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[16], const uint8_t *w,
                                                             __m512i vo, int64_t b, int64_t K, int64_t M,
                                                             const XQ *xq, __m512 *out, int stride) {
     const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128;
@@ -124,7 +121,7 @@ static inline __m512i byte_pair16(__m512i v, int q) {
 
 /* Q4_K superblock b for every row of x: p[m]. Sub-block j's integer sum times its 6-bit scale (vpmulld per pair of
  * sub-blocks and row of x), the mins through x's sums per 32 in int16 pairs (vpdpwssd), as k_block's lanes do. */
-static inline __attribute__((always_inline)) void p16_q4k(const uint8_t *const p[16], const uint8_t *w, __m512i vo,
+static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[16], const uint8_t *w, __m512i vo,
                                                          int64_t b, int64_t K, int64_t M, const XQ *xq,
                                                          __m512 *out, int stride) {
     const uint8_t *wb = w + 144 * b;
@@ -142,7 +139,7 @@ static inline __attribute__((always_inline)) void p16_q4k(const uint8_t *const p
     __m512i mn4[2] = {_mm512_and_si512(u1, m6),
                       _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
                                       _mm512_and_si512(_mm512_srli_epi32(u1, 2), top))};
-    __m512i SC[8], MNP[4], isum[R16_M];
+    __m512i SC[8], MNP[4], isum[MAX_M];
     for (int j = 0; j < 8; j++) SC[j] = byte_lane(sc4[j / 4], j % 4);
     for (int i = 0; i < 4; i++) MNP[i] = byte_pair16(mn4[i / 2], i % 2);
     for (int m = 0; m < M; m++) isum[m] = _mm512_setzero_si512();
@@ -180,14 +177,14 @@ static inline __attribute__((always_inline)) void p16_q4k(const uint8_t *const p
 /* Q6_K superblock b for every row of x: p[m]. Per half, ql's two 32-byte runs and qh's are transposed, and the 4
  * kinds of codes (q6_k_codes' order) built from them; each sub-block of 16 times its int8 scale (vpmulld), the
  * codes' offset 32 through x's sums per 16 and the scales in int16 pairs (vpdpwssd), as k_block's lanes do. */
-static inline __attribute__((always_inline)) void p16_q6k(const uint8_t *const p[16], const uint8_t *w, __m512i vo,
+static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[16], const uint8_t *w, __m512i vo,
                                                          int64_t b, int64_t K, int64_t M, const XQ *xq,
                                                          __m512 *out, int stride) {
     const uint8_t *wb = w + 210 * b;
     /* d: the high half of bytes 206..209 (a gather at 208 would read 2 bytes past the last row) */
     __m512i d32 = _mm512_i32gather_epi32(vo, (const void *)(wb + 206), 1);
     __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d32, 16)));
-    __m512i SC[16], SCP[8], isum[R16_M];
+    __m512i SC[16], SCP[8], isum[MAX_M];
     for (int q = 0; q < 4; q++) {  /* the 16 int8 scales, sign-extended per lane */
         __m512i g = _mm512_i32gather_epi32(vo, (const void *)(wb + 192 + 4 * q), 1);
         for (int j = 0; j < 4; j++) SC[4 * q + j] = _mm512_srai_epi32(_mm512_slli_epi32(g, 24 - 8 * j), 24);
@@ -234,54 +231,15 @@ static inline __attribute__((always_inline)) void p16_q6k(const uint8_t *const p
     }
 }
 
-/* R <= 16 weight rows at w (rb bytes apart) against M <= R16_M rows of x: y[m * ystride + r]. The next 16 rows are
- * fetched a block's share per block (see Ahead in q8_rows.h). */
-static inline __attribute__((always_inline)) void rows16_t(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
-                                                          int64_t M, const XQ *xq, float *y, int64_t ystride) {
-    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q8_0 ? 34 : t == Q4_K ? 144 : 210;
-    const int64_t nb = K / block_len(t);
-    const uint8_t *p[16];
-    int32_t vo_s[16];
-    for (int r = 0; r < 16; r++) {  /* rows past R repeat the last one (valid bytes; their lanes are not stored) */
-        int rr = r < R ? r : R - 1;
-        p[r] = w + rr * rb;
-        vo_s[r] = (int32_t)(rr * rb);
-    }
-    const __m512i vo = _mm512_loadu_si512((const void *)vo_s);
-    __m512 acc[R16_M], P[R16_M][8];
-    for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < nb; g += 8) {
-        for (int i = 0; i < 8; i++) {
-            int64_t b = g + i;
-            if (b >= nb) {
-                for (int m = 0; m < M; m++) P[m][i] = _mm512_setzero_ps();
-                continue;
-            }
-            for (int r = 0; r < 16; r++)
-                for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p[r] + 16 * rb + bytes * b + o);
-            if (t == Q4_K)
-                p16_q4k(p, w, vo, b, K, M, xq, &P[0][i], 8);
-            else if (t == Q6_K)
-                p16_q6k(p, w, vo, b, K, M, xq, &P[0][i], 8);
-            else
-                p16_legacy(t, p, w, vo, b, K, M, xq, &P[0][i], 8);
-        }
-        for (int m = 0; m < M; m++) acc[m] = _mm512_add_ps(acc[m], tree8v(P[m]));
-    }
-    const __mmask16 keep = (__mmask16)((1u << R) - 1);
-    for (int m = 0; m < M; m++) _mm512_mask_storeu_ps(y + m * ystride, keep, acc[m]);
-}
-
-static void rows16(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, float *y,
-                   int64_t ystride) {
-    switch (t) {  /* t a constant in each */
-    case Q4_0: rows16_t(Q4_0, w, rb, R, K, M, xq, y, ystride); break;
-    case Q5_0: rows16_t(Q5_0, w, rb, R, K, M, xq, y, ystride); break;
-    case Q4_K: rows16_t(Q4_K, w, rb, R, K, M, xq, y, ystride); break;
-    case Q6_K: rows16_t(Q6_K, w, rb, R, K, M, xq, y, ystride); break;
-    default: rows16_t(Q8_0, w, rb, R, K, M, xq, y, ystride); break;
-    }
-}
+/* the vector width's part of q8_lanes.h: 16 lanes of a zmm */
+#define LN 16
+typedef __m512 lvf;
+typedef __m512i lvi;
+#define LVI_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define LVF_ZERO _mm512_setzero_ps()
+#define LVF_ADD _mm512_add_ps
+#define LVF_TREE tree8v
+#define LVF_STORE_FIRST(y, R, v) _mm512_mask_storeu_ps(y, (__mmask16)((1u << (R)) - 1), v)  /* lanes < R */
 #endif /* PAIR */
 
 #endif

@@ -10,9 +10,6 @@
 #define BOLT_Q8_ROWS8_H
 
 #if defined(SIMD) && !defined(PAIR)
-#define R8_M MAX_M  /* the most rows of x this path takes */
-
-static inline int rows8_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
 /* r[i]: 8 dwords of row i -> T[k]: dword k of the 8 rows (lane = row) */
 static inline void t8_8(const __m256i r[8], __m256i T[8]) {
@@ -140,8 +137,8 @@ static inline __attribute__((always_inline)) __m256i sub8(const __m256i *c, cons
 #endif
 }
 
-/* Q4_K superblock b for every row of x: p[m] (q8_rows16.h's p16_q4k on 8 lanes) */
-static inline __attribute__((always_inline)) void p8_q4k(const uint8_t *const p[8], const uint8_t *w, __m256i vo,
+/* Q4_K superblock b for every row of x: p[m] (q8_rows16.h's lanes_q4k on 8 lanes) */
+static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[8], const uint8_t *w, __m256i vo,
                                                         int64_t b, int64_t K, int64_t M, const XQ *xq, __m256 *out,
                                                         int stride) {
     const uint8_t *wb = w + 144 * b;
@@ -157,7 +154,7 @@ static inline __attribute__((always_inline)) void p8_q4k(const uint8_t *const p[
     __m256i mn4[2] = {_mm256_and_si256(u1, m6),
                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
                                       _mm256_and_si256(_mm256_srli_epi32(u1, 2), top))};
-    __m256i SC[8], SC16[8], MNP[4], isum[R8_M];
+    __m256i SC[8], SC16[8], MNP[4], isum[MAX_M];
     for (int j = 0; j < 8; j++) {
         SC[j] = _mm256_and_si256(_mm256_srli_epi32(sc4[j / 4], 8 * (j % 4)), byte);
         SC16[j] = pair_of(SC[j]);
@@ -195,13 +192,13 @@ static inline __attribute__((always_inline)) void p8_q4k(const uint8_t *const p[
     }
 }
 
-/* Q6_K superblock b for every row of x: p[m] (q8_rows16.h's p16_q6k on 8 lanes) */
-static inline __attribute__((always_inline)) void p8_q6k(const uint8_t *const p[8], const uint8_t *w, __m256i vo,
+/* Q6_K superblock b for every row of x: p[m] (q8_rows16.h's lanes_q6k on 8 lanes) */
+static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[8], const uint8_t *w, __m256i vo,
                                                         int64_t b, int64_t K, int64_t M, const XQ *xq, __m256 *out,
                                                         int stride) {
     const uint8_t *wb = w + 210 * b;
     __m256 dw = half8(_mm256_i32gather_epi32((const int *)(wb + 206), vo, 1), 1);  /* not past the row's end */
-    __m256i SC[16], SC16[16], SCP[8], isum[R8_M];
+    __m256i SC[16], SC16[16], SCP[8], isum[MAX_M];
     for (int q = 0; q < 4; q++) {  /* the 16 int8 scales, sign-extended per lane */
         __m256i g = _mm256_i32gather_epi32((const int *)(wb + 192 + 4 * q), vo, 1);
         for (int j = 0; j < 4; j++) {
@@ -255,64 +252,32 @@ static inline __m256 tree8y(const __m256 p[8]) {
                          _mm256_add_ps(_mm256_add_ps(p[4], p[5]), _mm256_add_ps(p[6], p[7])));
 }
 
-/* R <= 8 weight rows at w (rb bytes apart) against M <= R8_M rows of x: y[m * ystride + r]; the next 8 rows are
- * fetched a block's share per block */
-static inline __attribute__((always_inline)) void rows8_t(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
-                                                         int64_t M, const XQ *xq, float *y, int64_t ystride) {
+/* block b of a 32-block type for every row of x: p[m] (lanes: the 8 weight rows) */
+static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[8], const uint8_t *w,
+                                                           __m256i vo, int64_t b, int64_t K, int64_t M,
+                                                           const XQ *xq, __m256 *out, int stride) {
     const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : SIGNED_Q8 ? 0 : 128;
-    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q8_0 ? 34 : t == Q4_K ? 144 : 210;
-    const int64_t nb = K / block_len(t);
-    const uint8_t *p[8];
-    int32_t vo_s[8];
-    for (int r = 0; r < 8; r++) {  /* rows past R repeat the last one (valid bytes; their lanes are not stored) */
-        int rr = r < R ? r : R - 1;
-        p[r] = w + rr * rb;
-        vo_s[r] = (int32_t)(rr * rb);
+    __m256i W[8], A[8];
+    __m256 dw;
+    w8_block(t, p, w, vo, b, W, &dw);
+    for (int k = 0; k < 8; k++) A[k] = t == Q8_0 ? _mm256_abs_epi8(W[k]) : W[k];
+    for (int m = 0; m < M; m++) {
+        __m256i isum = dot8(t, W, A, xq->q + m * K + 32 * b, _mm256_set1_epi32(-off * xq->s32[m * xq->n32p + b]));
+        __m256 dx = _mm256_set1_ps(xq->d[m * xq->nbp + b]);
+        out[m * stride] = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx));
     }
-    const __m256i vo = _mm256_loadu_si256((const __m256i *)vo_s);
-    __m256 acc[R8_M], P[R8_M][8];
-    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < nb; g += 8) {
-        for (int i = 0; i < 8; i++) {
-            int64_t b = g + i;
-            if (b >= nb) {
-                for (int m = 0; m < M; m++) P[m][i] = _mm256_setzero_ps();
-                continue;
-            }
-            for (int r = 0; r < 8; r++)
-                for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p[r] + 8 * rb + bytes * b + o);
-            if (t == Q4_K || t == Q6_K) {
-                if (t == Q4_K) p8_q4k(p, w, vo, b, K, M, xq, &P[0][i], 8);
-                else p8_q6k(p, w, vo, b, K, M, xq, &P[0][i], 8);
-                continue;
-            }
-            __m256i W[8], A[8];
-            __m256 dw;
-            w8_block(t, p, w, vo, b, W, &dw);
-            for (int k = 0; k < 8; k++) A[k] = t == Q8_0 ? _mm256_abs_epi8(W[k]) : W[k];
-            for (int m = 0; m < M; m++) {
-                __m256i isum = dot8(t, W, A, xq->q + m * K + 32 * b,
-                                    _mm256_set1_epi32(-off * xq->s32[m * xq->n32p + b]));
-                __m256 dx = _mm256_set1_ps(xq->d[m * xq->nbp + b]);
-                P[m][i] = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx));
-            }
-        }
-        for (int m = 0; m < M; m++) acc[m] = _mm256_add_ps(acc[m], tree8y(P[m]));
-    }
-    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    for (int m = 0; m < M; m++) _mm256_maskstore_ps(y + m * ystride, keep, acc[m]);
 }
 
-static void rows8(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, float *y,
-                  int64_t ystride) {
-    switch (t) {  /* t a constant in each */
-    case Q4_0: rows8_t(Q4_0, w, rb, R, K, M, xq, y, ystride); break;
-    case Q5_0: rows8_t(Q5_0, w, rb, R, K, M, xq, y, ystride); break;
-    case Q4_K: rows8_t(Q4_K, w, rb, R, K, M, xq, y, ystride); break;
-    case Q6_K: rows8_t(Q6_K, w, rb, R, K, M, xq, y, ystride); break;
-    default: rows8_t(Q8_0, w, rb, R, K, M, xq, y, ystride); break;
-    }
-}
+/* the vector width's part of q8_lanes.h: 8 lanes of a ymm */
+#define LN 8
+typedef __m256 lvf;
+typedef __m256i lvi;
+#define LVI_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define LVF_ZERO _mm256_setzero_ps()
+#define LVF_ADD _mm256_add_ps
+#define LVF_TREE tree8y
+#define LVF_STORE_FIRST(y, R, v) \
+    _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v)
 #endif
 
 #endif
