@@ -11,6 +11,103 @@
 #ifdef LN
 static inline int lanes_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
+/* Q4_K superblock b for every row of x: out[m * stride]. Its 4 runs of 32 bytes transposed (LV_T8); sub-block j's
+ * integer sum times its 6-bit scale (VNNI: vpmulld; AVX2: the int16 sums by vpmaddwd with the scale pair), the mins
+ * through x's sums per 32 in int16 pairs (vpdpwssd / vpmaddwd); the 12 scale bytes decoded per lane from gathers, as
+ * k_scale_min reads them (q4k_scale_bytes in vectors). */
+static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[LN], const uint8_t *w, lvi vo,
+                                                           int64_t b, int64_t K, int64_t M, const XQ *xq, lvf *out,
+                                                           int stride) {
+    const uint8_t *wb = w + 144 * b;
+    lvi d32 = LV_GATHER(vo, wb);  /* d | dmin */
+    lvf dw = LV_HALF(d32, 0), mw = LV_HALF(d32, 1);
+    lvi u0 = LV_GATHER(vo, wb + 4), u1 = LV_GATHER(vo, wb + 8), u2 = LV_GATHER(vo, wb + 12);
+    const lvi m6 = LV_SET1(0x3F3F3F3F), m4 = LV_SET1(0x0F0F0F0F), top = LV_SET1(0x30303030), byte = LV_SET1(0xFF);
+    lvi sc4[2] = {LV_AND(u0, m6), LV_OR(LV_AND(u2, m4), LV_AND(LV_SRLI(u0, 2), top))};
+    lvi mn4[2] = {LV_AND(u1, m6), LV_OR(LV_AND(LV_SRLI(u2, 4), m4), LV_AND(LV_SRLI(u1, 2), top))};
+    lvi SC[8], SC16[8], MNP[4], isum[MAX_M];
+    for (int j = 0; j < 8; j++) {
+        SC[j] = LV_AND(LV_SRLI(sc4[j / 4], 8 * (j % 4)), byte);
+        SC16[j] = LV_PAIR(SC[j]);
+    }
+    for (int i = 0; i < 4; i++) {  /* bytes 2q, 2q + 1 as two int16 */
+        lvi u = LV_SRLI(mn4[i / 2], 16 * (i % 2));
+        MNP[i] = LV_OR(LV_AND(u, byte), LV_AND(LV_SLLI(u, 8), LV_SET1(0xFF0000)));
+    }
+    for (int m = 0; m < M; m++) isum[m] = LV_ZERO;
+    const lvi low = LV_SET1_8(0x0F);
+    for (int g = 0; g < 4; g++) {  /* 32 bytes: sub-block 2g in the low nibbles, 2g + 1 in the high ones */
+        lvi T[8], lo[8], hi[8];
+        LV_T8(p, 144 * b + 16 + 32 * g, T);
+        for (int k = 0; k < 8; k++) {
+            lo[k] = LV_AND(T[k], low);
+            hi[k] = LV_AND(LV_SRLI(T[k], 4), low);
+        }
+        for (int m = 0; m < M; m++) {
+            const int8_t *x = xq->q + m * K + 256 * b + 64 * g;
+            isum[m] = LV_ADD(isum[m], LV_ADD(LV_SUB_DOT(lo, x, 8, 8, SC[2 * g], SC16[2 * g]),
+                                             LV_SUB_DOT(hi, x + 32, 8, 8, SC[2 * g + 1], SC16[2 * g + 1])));
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        const int16_t *h = xq->h32 + m * (K / 32) + 8 * b;
+        lvi jsum = LV_ZERO;
+        for (int i = 0; i < 4; i++) jsum = LV_MADD(jsum, MNP[i], LV_SET1(ld32(h + 2 * i)));
+        lvf dx = LVF_SET1(xq->d[m * xq->nbp + b]);
+        lvf pb = LVF_MUL(LVF_CVT(isum[m]), LVF_MUL(dw, dx));
+        out[m * stride] = LVF_ADD(pb, LVF_MUL(LVF_CVT(LV_SUB(LV_ZERO, jsum)), LVF_MUL(mw, dx)));
+    }
+}
+
+/* Q6_K superblock b for every row of x: out[m * stride]. Per half, ql's two 32-byte runs and qh's are transposed and
+ * the 4 kinds of codes (q6_k_codes' order) built from them; each sub-block of 16 times its int8 scale, the codes'
+ * offset 32 through x's sums per 16 and the scales in int16 pairs. */
+static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[LN], const uint8_t *w, lvi vo,
+                                                           int64_t b, int64_t K, int64_t M, const XQ *xq, lvf *out,
+                                                           int stride) {
+    const uint8_t *wb = w + 210 * b;
+    lvf dw = LV_HALF(LV_GATHER(vo, wb + 206), 1);  /* d: bytes 208-209 (a gather at 208 would read past the row) */
+    lvi SC[16], SC16[16], SCP[8], isum[MAX_M];
+    for (int q = 0; q < 4; q++) {  /* the 16 int8 scales, sign-extended per lane */
+        lvi g = LV_GATHER(vo, wb + 192 + 4 * q);
+        for (int j = 0; j < 4; j++) {
+            SC[4 * q + j] = LV_SRAI(LV_SLLI(g, 24 - 8 * j), 24);
+            SC16[4 * q + j] = LV_PAIR(SC[4 * q + j]);
+        }
+    }
+    for (int i = 0; i < 8; i++) SCP[i] = LV_OR(LV_AND(SC[2 * i], LV_SET1(0xFFFF)), LV_SLLI(SC[2 * i + 1], 16));
+    for (int m = 0; m < M; m++) isum[m] = LV_ZERO;
+    const lvi low = LV_SET1_8(0x0F), bits45 = LV_SET1_8(0x30);
+    for (int h = 0; h < 2; h++) {
+        lvi TA[8], TB[8], TH[8];
+        LV_T8(p, 210 * b + 64 * h, TA);
+        LV_T8(p, 210 * b + 64 * h + 32, TB);
+        LV_T8(p, 210 * b + 128 + 32 * h, TH);
+        for (int c = 0; c < 4; c++) {  /* elements 128h + 32c + l: sub-blocks 8h + 2c (l < 16) and 8h + 2c + 1 */
+            lvi C[8];
+            for (int k = 0; k < 8; k++) {
+                lvi src = c & 1 ? TB[k] : TA[k];
+                lvi lo = c < 2 ? LV_AND(src, low) : LV_AND(LV_SRLI(src, 4), low);
+                lvi hb = c == 0 ? LV_SLLI(TH[k], 4) : c == 1 ? LV_SLLI(TH[k], 2) : c == 2 ? TH[k] : LV_SRLI(TH[k], 2);
+                C[k] = LV_OR(lo, LV_AND(hb, bits45));  /* qh's 2 bits of this kind at 4..5 */
+            }
+            int j = 8 * h + 2 * c;
+            for (int m = 0; m < M; m++) {
+                const int8_t *x = xq->q + m * K + 256 * b + 128 * h + 32 * c;
+                isum[m] = LV_ADD(isum[m], LV_ADD(LV_SUB_DOT(C, x, 4, 2, SC[j], SC16[j]),
+                                                 LV_SUB_DOT(C + 4, x + 16, 4, 2, SC[j + 1], SC16[j + 1])));
+            }
+        }
+    }
+    for (int m = 0; m < M; m++) {  /* - 32 sum_s sc_s sum(x)_s */
+        const int16_t *h16 = xq->h16 + m * (K / 16) + 16 * b;
+        lvi cor = LV_ZERO;
+        for (int i = 0; i < 8; i++) cor = LV_MADD(cor, SCP[i], LV_SET1(ld32(h16 + 2 * i)));
+        lvf dx = LVF_SET1(xq->d[m * xq->nbp + b]);
+        out[m * stride] = LVF_MUL(LVF_CVT(LV_SUB(isum[m], LV_SLLI(cor, 5))), LVF_MUL(dw, dx));
+    }
+}
+
 /* block (or superblock) b of the LN rows for every row of x: out[m * stride] (the width header's lanes_*) */
 static inline __attribute__((always_inline)) void lanes_block(int t, const uint8_t *const p[LN], const uint8_t *w,
                                                              lvi vo, int64_t b, int64_t K, int64_t M, const XQ *xq,

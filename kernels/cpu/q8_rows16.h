@@ -107,128 +107,16 @@ static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint
     }
 }
 
-/* byte q of every lane of v as int32 (shift 8q, mask) */
-static inline __m512i byte_lane(__m512i v, int q) {
-    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * q), _mm512_set1_epi32(0xFF));
+/* 16 lanes' fp16 in the low (hi = 0) or high half of v -> floats */
+static inline __m512 half16(__m512i v, int hi) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v));
 }
 
-/* bytes 2q, 2q + 1 of every lane of v as two int16 (lo, hi): the pair vpdpwssd takes */
-static inline __m512i byte_pair16(__m512i v, int q) {
-    __m512i u = _mm512_srli_epi32(v, 16 * q);
-    return _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32(0xFF)),
-                           _mm512_and_si512(_mm512_slli_epi32(u, 8), _mm512_set1_epi32(0xFF0000)));
-}
-
-/* Q4_K superblock b for every row of x: p[m]. Sub-block j's integer sum times its 6-bit scale (vpmulld per pair of
- * sub-blocks and row of x), the mins through x's sums per 32 in int16 pairs (vpdpwssd), as k_block's lanes do. */
-static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[16], const uint8_t *w, __m512i vo,
-                                                         int64_t b, int64_t K, int64_t M, const XQ *xq,
-                                                         __m512 *out, int stride) {
-    const uint8_t *wb = w + 144 * b;
-    __m512i d32 = _mm512_i32gather_epi32(vo, (const void *)wb, 1);  /* d | dmin */
-    __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
-    __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d32, 16)));
-    /* the 12 scale bytes as k_scale_min reads them, 4 at a time per lane (q4k_scale_bytes, in vectors) */
-    __m512i u0 = _mm512_i32gather_epi32(vo, (const void *)(wb + 4), 1);
-    __m512i u1 = _mm512_i32gather_epi32(vo, (const void *)(wb + 8), 1);
-    __m512i u2 = _mm512_i32gather_epi32(vo, (const void *)(wb + 12), 1);
-    const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F);
-    const __m512i top = _mm512_set1_epi32(0x30303030);
-    __m512i sc4[2] = {_mm512_and_si512(u0, m6),
-                      _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_and_si512(_mm512_srli_epi32(u0, 2), top))};
-    __m512i mn4[2] = {_mm512_and_si512(u1, m6),
-                      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                                      _mm512_and_si512(_mm512_srli_epi32(u1, 2), top))};
-    __m512i SC[8], MNP[4], isum[MAX_M];
-    for (int j = 0; j < 8; j++) SC[j] = byte_lane(sc4[j / 4], j % 4);
-    for (int i = 0; i < 4; i++) MNP[i] = byte_pair16(mn4[i / 2], i % 2);
-    for (int m = 0; m < M; m++) isum[m] = _mm512_setzero_si512();
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    for (int g = 0; g < 4; g++) {  /* 32 bytes: sub-block 2g in the low nibbles, 2g + 1 in the high ones */
-        __m512i T[8], lo[8], hi[8];
-        t16_8(p, 144 * b + 16 + 32 * g, T);
-        for (int k = 0; k < 8; k++) {
-            lo[k] = _mm512_and_si512(T[k], low);
-            hi[k] = _mm512_and_si512(_mm512_srli_epi32(T[k], 4), low);
-        }
-        for (int m = 0; m < M; m++) {
-            const int8_t *x = xq->q + m * K + 256 * b + 64 * g;
-            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-            for (int k = 0; k < 8; k++) {
-                s0 = _mm512_dpbusd_epi32(s0, lo[k], _mm512_set1_epi32(ld32(x + 4 * k)));
-                s1 = _mm512_dpbusd_epi32(s1, hi[k], _mm512_set1_epi32(ld32(x + 32 + 4 * k)));
-            }
-            isum[m] = _mm512_add_epi32(isum[m], _mm512_add_epi32(_mm512_mullo_epi32(s0, SC[2 * g]),
-                                                                 _mm512_mullo_epi32(s1, SC[2 * g + 1])));
-        }
-    }
-    for (int m = 0; m < M; m++) {
-        const int16_t *h = xq->h32 + m * (K / 32) + 8 * b;
-        __m512i jsum = _mm512_setzero_si512();
-        for (int i = 0; i < 4; i++) jsum = _mm512_dpwssd_epi32(jsum, MNP[i], _mm512_set1_epi32(ld32(h + 2 * i)));
-        __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
-        __m512 pb = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(dw, dx));
-        out[m * stride] = _mm512_add_ps(pb, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(),
-                                                                                            jsum)),
-                                                          _mm512_mul_ps(mw, dx)));
-    }
-}
-
-/* Q6_K superblock b for every row of x: p[m]. Per half, ql's two 32-byte runs and qh's are transposed, and the 4
- * kinds of codes (q6_k_codes' order) built from them; each sub-block of 16 times its int8 scale (vpmulld), the
- * codes' offset 32 through x's sums per 16 and the scales in int16 pairs (vpdpwssd), as k_block's lanes do. */
-static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[16], const uint8_t *w, __m512i vo,
-                                                         int64_t b, int64_t K, int64_t M, const XQ *xq,
-                                                         __m512 *out, int stride) {
-    const uint8_t *wb = w + 210 * b;
-    /* d: the high half of bytes 206..209 (a gather at 208 would read 2 bytes past the last row) */
-    __m512i d32 = _mm512_i32gather_epi32(vo, (const void *)(wb + 206), 1);
-    __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d32, 16)));
-    __m512i SC[16], SCP[8], isum[MAX_M];
-    for (int q = 0; q < 4; q++) {  /* the 16 int8 scales, sign-extended per lane */
-        __m512i g = _mm512_i32gather_epi32(vo, (const void *)(wb + 192 + 4 * q), 1);
-        for (int j = 0; j < 4; j++) SC[4 * q + j] = _mm512_srai_epi32(_mm512_slli_epi32(g, 24 - 8 * j), 24);
-    }
-    for (int i = 0; i < 8; i++)
-        SCP[i] = _mm512_or_si512(_mm512_and_si512(SC[2 * i], _mm512_set1_epi32(0xFFFF)),
-                                 _mm512_slli_epi32(SC[2 * i + 1], 16));
-    for (int m = 0; m < M; m++) isum[m] = _mm512_setzero_si512();
-    const __m512i low = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
-    for (int h = 0; h < 2; h++) {
-        __m512i TA[8], TB[8], TH[8];
-        t16_8(p, 210 * b + 64 * h, TA);
-        t16_8(p, 210 * b + 64 * h + 32, TB);
-        t16_8(p, 210 * b + 128 + 32 * h, TH);
-        for (int c = 0; c < 4; c++) {  /* elements 128h + 32c + l: sub-blocks 8h + 2c (l < 16) and 8h + 2c + 1 */
-            __m512i C[8];
-            for (int k = 0; k < 8; k++) {
-                __m512i src = c & 1 ? TB[k] : TA[k];
-                __m512i lo = c < 2 ? _mm512_and_si512(src, low) : _mm512_and_si512(_mm512_srli_epi32(src, 4), low);
-                __m512i hb = c == 0 ? _mm512_slli_epi32(TH[k], 4) : c == 1 ? _mm512_slli_epi32(TH[k], 2)
-                           : c == 2 ? TH[k] : _mm512_srli_epi32(TH[k], 2);  /* qh's 2 bits of this kind at 4..5 */
-                C[k] = _mm512_or_si512(lo, _mm512_and_si512(hb, bits45));
-            }
-            int j = 8 * h + 2 * c;
-            for (int m = 0; m < M; m++) {
-                const int8_t *x = xq->q + m * K + 256 * b + 128 * h + 32 * c;
-                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-                for (int k = 0; k < 4; k++) {
-                    s0 = _mm512_dpbusd_epi32(s0, C[k], _mm512_set1_epi32(ld32(x + 4 * k)));
-                    s1 = _mm512_dpbusd_epi32(s1, C[k + 4], _mm512_set1_epi32(ld32(x + 16 + 4 * k)));
-                }
-                isum[m] = _mm512_add_epi32(isum[m], _mm512_add_epi32(_mm512_mullo_epi32(s0, SC[j]),
-                                                                     _mm512_mullo_epi32(s1, SC[j + 1])));
-            }
-        }
-    }
-    for (int m = 0; m < M; m++) {  /* - 32 sum_s sc_s sum(x)_s */
-        const int16_t *h16 = xq->h16 + m * (K / 16) + 16 * b;
-        __m512i cor = _mm512_setzero_si512();
-        for (int i = 0; i < 8; i++) cor = _mm512_dpwssd_epi32(cor, SCP[i], _mm512_set1_epi32(ld32(h16 + 2 * i)));
-        __m512i is = _mm512_sub_epi32(isum[m], _mm512_slli_epi32(cor, 5));
-        __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
-        out[m * stride] = _mm512_mul_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, dx));
-    }
+/* sub-block sum of n4 groups of codes c against x's groups at x, times the lanes' int32 scale sc */
+static inline __attribute__((always_inline)) __m512i sub16(const __m512i *c, const int8_t *x, int n4, __m512i sc) {
+    __m512i s = _mm512_setzero_si512();
+    for (int k = 0; k < n4; k++) s = _mm512_dpbusd_epi32(s, c[k], _mm512_set1_epi32(ld32(x + 4 * k)));
+    return _mm512_mullo_epi32(s, sc);
 }
 
 /* the vector width's part of q8_lanes.h: 16 lanes of a zmm */
@@ -240,6 +128,25 @@ typedef __m512i lvi;
 #define LVF_ADD _mm512_add_ps
 #define LVF_TREE tree8v
 #define LVF_STORE_FIRST(y, R, v) _mm512_mask_storeu_ps(y, (__mmask16)((1u << (R)) - 1), v)  /* lanes < R */
+#define LVF_CVT _mm512_cvtepi32_ps
+#define LVF_MUL _mm512_mul_ps
+#define LVF_SET1 _mm512_set1_ps
+#define LV_SET1 _mm512_set1_epi32
+#define LV_SET1_8 _mm512_set1_epi8
+#define LV_ZERO _mm512_setzero_si512()
+#define LV_AND _mm512_and_si512
+#define LV_OR _mm512_or_si512
+#define LV_ADD _mm512_add_epi32
+#define LV_SUB _mm512_sub_epi32
+#define LV_SRLI _mm512_srli_epi32
+#define LV_SLLI _mm512_slli_epi32
+#define LV_SRAI _mm512_srai_epi32
+#define LV_GATHER(vo, ptr) _mm512_i32gather_epi32(vo, (const void *)(ptr), 1)
+#define LV_HALF half16
+#define LV_T8 t16_8
+#define LV_MADD _mm512_dpwssd_epi32
+#define LV_PAIR(s) (s)  /* VNNI: sub-block sums times the int32 scale (vpmulld) */
+#define LV_SUB_DOT(c, x, n4, run, sc, sc16) sub16(c, x, n4, sc)
 #endif /* PAIR */
 
 #endif

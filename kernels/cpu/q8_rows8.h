@@ -137,114 +137,11 @@ static inline __attribute__((always_inline)) __m256i sub8(const __m256i *c, cons
 #endif
 }
 
-/* Q4_K superblock b for every row of x: p[m] (q8_rows16.h's lanes_q4k on 8 lanes) */
-static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[8], const uint8_t *w, __m256i vo,
-                                                        int64_t b, int64_t K, int64_t M, const XQ *xq, __m256 *out,
-                                                        int stride) {
-    const uint8_t *wb = w + 144 * b;
-    __m256i d32 = _mm256_i32gather_epi32((const int *)wb, vo, 1);  /* d | dmin */
-    __m256 dw = half8(d32, 0), mw = half8(d32, 1);
-    __m256i u0 = _mm256_i32gather_epi32((const int *)(wb + 4), vo, 1);
-    __m256i u1 = _mm256_i32gather_epi32((const int *)(wb + 8), vo, 1);
-    __m256i u2 = _mm256_i32gather_epi32((const int *)(wb + 12), vo, 1);
-    const __m256i m6 = _mm256_set1_epi32(0x3F3F3F3F), m4 = _mm256_set1_epi32(0x0F0F0F0F);
-    const __m256i top = _mm256_set1_epi32(0x30303030), byte = _mm256_set1_epi32(0xFF);
-    __m256i sc4[2] = {_mm256_and_si256(u0, m6),
-                      _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(u0, 2), top))};
-    __m256i mn4[2] = {_mm256_and_si256(u1, m6),
-                      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
-                                      _mm256_and_si256(_mm256_srli_epi32(u1, 2), top))};
-    __m256i SC[8], SC16[8], MNP[4], isum[MAX_M];
-    for (int j = 0; j < 8; j++) {
-        SC[j] = _mm256_and_si256(_mm256_srli_epi32(sc4[j / 4], 8 * (j % 4)), byte);
-        SC16[j] = pair_of(SC[j]);
-    }
-    for (int i = 0; i < 4; i++) {  /* bytes 2q, 2q + 1 as two int16 */
-        __m256i u = _mm256_srli_epi32(mn4[i / 2], 16 * (i % 2));
-        MNP[i] = _mm256_or_si256(_mm256_and_si256(u, byte),
-                                 _mm256_and_si256(_mm256_slli_epi32(u, 8), _mm256_set1_epi32(0xFF0000)));
-    }
-    for (int m = 0; m < M; m++) isum[m] = _mm256_setzero_si256();
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    for (int g = 0; g < 4; g++) {  /* 32 bytes: sub-block 2g in the low nibbles, 2g + 1 in the high ones */
-        __m256i r[8], T[8], lo[8], hi[8];
-        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 144 * b + 16 + 32 * g));
-        t8_8(r, T);
-        for (int k = 0; k < 8; k++) {
-            lo[k] = _mm256_and_si256(T[k], low);
-            hi[k] = _mm256_and_si256(_mm256_srli_epi32(T[k], 4), low);
-        }
-        for (int m = 0; m < M; m++) {
-            const int8_t *x = xq->q + m * K + 256 * b + 64 * g;
-            isum[m] = _mm256_add_epi32(isum[m], _mm256_add_epi32(sub8(lo, x, 8, 8, SC[2 * g], SC16[2 * g]),
-                                                                 sub8(hi, x + 32, 8, 8, SC[2 * g + 1],
-                                                                      SC16[2 * g + 1])));
-        }
-    }
-    for (int m = 0; m < M; m++) {
-        const int16_t *h = xq->h32 + m * (K / 32) + 8 * b;
-        __m256i jsum = _mm256_setzero_si256();
-        for (int i = 0; i < 4; i++) jsum = madd_acc(jsum, MNP[i], _mm256_set1_epi32(ld32(h + 2 * i)));
-        __m256 dx = _mm256_set1_ps(xq->d[m * xq->nbp + b]);
-        __m256 pb = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[m]), _mm256_mul_ps(dw, dx));
-        __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), jsum);
-        out[m * stride] = _mm256_add_ps(pb, _mm256_mul_ps(_mm256_cvtepi32_ps(neg), _mm256_mul_ps(mw, dx)));
-    }
-}
-
-/* Q6_K superblock b for every row of x: p[m] (q8_rows16.h's lanes_q6k on 8 lanes) */
-static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[8], const uint8_t *w, __m256i vo,
-                                                        int64_t b, int64_t K, int64_t M, const XQ *xq, __m256 *out,
-                                                        int stride) {
-    const uint8_t *wb = w + 210 * b;
-    __m256 dw = half8(_mm256_i32gather_epi32((const int *)(wb + 206), vo, 1), 1);  /* not past the row's end */
-    __m256i SC[16], SC16[16], SCP[8], isum[MAX_M];
-    for (int q = 0; q < 4; q++) {  /* the 16 int8 scales, sign-extended per lane */
-        __m256i g = _mm256_i32gather_epi32((const int *)(wb + 192 + 4 * q), vo, 1);
-        for (int j = 0; j < 4; j++) {
-            SC[4 * q + j] = _mm256_srai_epi32(_mm256_slli_epi32(g, 24 - 8 * j), 24);
-            SC16[4 * q + j] = pair_of(SC[4 * q + j]);
-        }
-    }
-    for (int i = 0; i < 8; i++)
-        SCP[i] = _mm256_or_si256(_mm256_and_si256(SC[2 * i], _mm256_set1_epi32(0xFFFF)),
-                                 _mm256_slli_epi32(SC[2 * i + 1], 16));
-    for (int m = 0; m < M; m++) isum[m] = _mm256_setzero_si256();
-    const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-    for (int h = 0; h < 2; h++) {
-        __m256i r[8], TA[8], TB[8], TH[8];
-        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 210 * b + 64 * h));
-        t8_8(r, TA);
-        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 210 * b + 64 * h + 32));
-        t8_8(r, TB);
-        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 210 * b + 128 + 32 * h));
-        t8_8(r, TH);
-        for (int c = 0; c < 4; c++) {  /* elements 128h + 32c + l: sub-blocks 8h + 2c (l < 16) and 8h + 2c + 1 */
-            __m256i C[8];
-            for (int k = 0; k < 8; k++) {
-                __m256i src = c & 1 ? TB[k] : TA[k];
-                __m256i lo = c < 2 ? _mm256_and_si256(src, low) : _mm256_and_si256(_mm256_srli_epi32(src, 4), low);
-                __m256i hb = c == 0 ? _mm256_slli_epi32(TH[k], 4) : c == 1 ? _mm256_slli_epi32(TH[k], 2)
-                           : c == 2 ? TH[k] : _mm256_srli_epi32(TH[k], 2);  /* qh's 2 bits of this kind at 4..5 */
-                C[k] = _mm256_or_si256(lo, _mm256_and_si256(hb, bits45));
-            }
-            int j = 8 * h + 2 * c;
-            for (int m = 0; m < M; m++) {
-                const int8_t *x = xq->q + m * K + 256 * b + 128 * h + 32 * c;
-                isum[m] = _mm256_add_epi32(isum[m], _mm256_add_epi32(sub8(C, x, 4, 2, SC[j], SC16[j]),
-                                                                     sub8(C + 4, x + 16, 4, 2, SC[j + 1],
-                                                                          SC16[j + 1])));
-            }
-        }
-    }
-    for (int m = 0; m < M; m++) {  /* - 32 sum_s sc_s sum(x)_s */
-        const int16_t *h16 = xq->h16 + m * (K / 16) + 16 * b;
-        __m256i cor = _mm256_setzero_si256();
-        for (int i = 0; i < 8; i++) cor = madd_acc(cor, SCP[i], _mm256_set1_epi32(ld32(h16 + 2 * i)));
-        __m256i is = _mm256_sub_epi32(isum[m], _mm256_slli_epi32(cor, 5));
-        __m256 dx = _mm256_set1_ps(xq->d[m * xq->nbp + b]);
-        out[m * stride] = _mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, dx));
-    }
+/* 32 bytes at p[r] + o for the 8 rows -> T[k]: dword k of every row (lane = row) */
+static inline void t8_8p(const uint8_t *const p[8], int64_t o, __m256i T[8]) {
+    __m256i r[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + o));
+    t8_8(r, T);
 }
 
 static inline __m256 tree8y(const __m256 p[8]) {
@@ -278,6 +175,25 @@ typedef __m256i lvi;
 #define LVF_TREE tree8y
 #define LVF_STORE_FIRST(y, R, v) \
     _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v)
+#define LVF_CVT _mm256_cvtepi32_ps
+#define LVF_MUL _mm256_mul_ps
+#define LVF_SET1 _mm256_set1_ps
+#define LV_SET1 _mm256_set1_epi32
+#define LV_SET1_8 _mm256_set1_epi8
+#define LV_ZERO _mm256_setzero_si256()
+#define LV_AND _mm256_and_si256
+#define LV_OR _mm256_or_si256
+#define LV_ADD _mm256_add_epi32
+#define LV_SUB _mm256_sub_epi32
+#define LV_SRLI _mm256_srli_epi32
+#define LV_SLLI _mm256_slli_epi32
+#define LV_SRAI _mm256_srai_epi32
+#define LV_GATHER(vo, ptr) _mm256_i32gather_epi32((const int *)(ptr), vo, 1)
+#define LV_HALF half8
+#define LV_T8 t8_8p
+#define LV_MADD madd_acc
+#define LV_PAIR pair_of
+#define LV_SUB_DOT sub8
 #endif
 
 #endif
