@@ -62,12 +62,6 @@ static inline int32_t pair16(int32_t lo, int32_t hi) {
 #ifdef SIMD
 static inline float f16c(const uint8_t *p) { return _cvtsh_ss((uint16_t)(p[0] | (p[1] << 8))); }
 
-/* 16 bytes of packed nibbles -> 32 bytes: the low nibbles (elements 0..15), then the high ones (16..31) */
-static inline __m256i nibbles32(const uint8_t *p) {
-    __m128i v = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-
 /* bit i of the 32-bit little-endian word at p -> byte i: 0x10 where set (Q5_0's fifth bit) */
 static inline __m256i fifth_bits_word(uint32_t bits) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -80,12 +74,6 @@ static inline __m256i fifth_bits_word(uint32_t bits) {
     b = _mm256_cmpeq_epi8(_mm256_and_si256(b, mask), mask);
     return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
 #endif
-}
-
-static inline __m256i fifth_bits(const uint8_t *p) {
-    uint32_t bits;
-    memcpy(&bits, p, 4);
-    return fifth_bits_word(bits);
 }
 
 /* u8 . s8, 4 at a time into 8 int32 lanes */

@@ -20,14 +20,12 @@
  * - One row of x (decode) runs along K, reading the weight bytes straight into registers: unsigned codes (u) times
  *   signed x, 32 per instruction; an offset (Q5_0: u - 16) comes off through x's block sums, which are computed once
  *   per call; 8 blocks' lane sums are reduced together.
- * - Several rows (DFlash verify) run rows-as-lanes: each weight row is unpacked once, and x is laid out [K/4][rows]
- *   in 4-byte groups, so one broadcast 4-byte group of codes meets 8 rows (a ymm) in one instruction and each row's
- *   block sum lands in its own lane, with no horizontal adds. The 32-blocks keep unsigned codes and take the offset
- *   off through x's sums per 32 (one vector op per block); for the K-quants, through x's sums per 16 (Q6_K) and per
- *   32 (the mins) in pairs of int16, one vpmaddwd per pair of sub-blocks. With AVX-512 (PAIR) a zmm carries two
- *   weight rows unpacked together and interleaved per 4-byte group, against x's 8 rows each twice: 64 multiply-adds
- *   per instruction for the same loads (Q5_0 4864x896 at 8 rows, 1 thread: 0.55 -> 0.32 ms; Q6_K 896x4864: 0.69 ->
- *   0.52 ms). */
+ * - Several rows (a DFlash verify block, a prefill chunk of up to 64 tokens) of the vectorized types run weight rows
+ *   as lanes (q8_lanes.h): 16 weight rows' blocks (8 on AVX2 / AVX-VNNI) transposed in registers so that one vector
+ *   holds a 4-code group of every row, x's 4 bytes broadcast, one float tail per row of x for the whole tile.
+ * - The other types (Q4_1, Q5_1, Q5_K) at several rows run rows-as-lanes (q8_rows.h): each weight row unpacked once,
+ *   x laid out [K/4][rows] in 4-byte groups so one broadcast group of codes meets 8 rows, each row's block sum in its
+ *   own lane (with AVX-512 a zmm carries two weight rows interleaved per 4-byte group). */
 /* the parts, each a header of static functions so that one level is one translation unit: q8_common.h (levels,
  * predicates, SIMD building blocks), q8_quant.h (x to int8), q8_unpack.h (weight rows, the portable loop),
  * q8_row1.h (one row), q8_rows.h (rows-as-lanes), q8_rows16.h / q8_rows8.h / q8_lanes.h (weight rows as lanes) */
@@ -69,14 +67,6 @@ static int64_t row_bytes(int t, int64_t K) {
     case Q5_K: return K / 256 * 176;
     default: return K / 256 * 210;
     }
-}
-
-/* a weight row unpacked (SIMD where the level has it) */
-static void unpack_row(int t, const uint8_t *w, int64_t K, Row *r) {
-#ifdef SIMD
-    if (unpack_simd(t, w, K, r)) return;
-#endif
-    unpack_scalar(t, w, K, r);
 }
 
 /* whether M rows against type t take weight rows as lanes (q8_lanes.h: 16 with AVX-512, 8 with AVX2 / AVX-VNNI);
@@ -127,18 +117,11 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
             const uint8_t *wr = w + i * rb;
             Row *u = &r[UBUF + nu];
 #ifdef PAIR  /* an odd last row goes with itself, its twin's lanes unused */
-            const uint8_t *w2 = i + 1 < R ? wr + rb : wr;
-            if (t == Q4_0 || t == Q5_0 || t == Q8_0) {
-                unpack_pair_legacy(t, wr, w2, K, u);
-            } else if (t == Q4_K || t == Q6_K) {
-                unpack_pair_k(t, wr, w2, K, u);
-            } else {
-                unpack_row(t, wr, K, &r[0]);
-                unpack_row(t, w2, K, &r[1]);
-                interleave_rows(t, K, &r[0], &r[1], u);
-            }
+            unpack_scalar(t, wr, K, &r[0]);  /* only the types without a vectorized kernel come here */
+            unpack_scalar(t, i + 1 < R ? wr + rb : wr, K, &r[1]);
+            interleave_rows(t, K, &r[0], &r[1], u);
 #else
-            unpack_row(t, wr, K, u);
+            unpack_scalar(t, wr, K, u);
 #endif
             rr[nu] = u;
         }
@@ -177,13 +160,11 @@ static int row_alloc(Row *r, int64_t K, int64_t nbp, int n) {
     r->mnp = calloc((size_t)(n * (K / 64 + 8)), sizeof(int32_t));
     r->scp = calloc((size_t)(n * (K / 32 + 8)), sizeof(int32_t));
     r->pbuf = aligned_alloc(64, sizeof(float) * (size_t)((K / 256 + 8) * 64));
-    r->dh = calloc((size_t)(n * nbp), sizeof(uint16_t));
-    return r->q && r->dw && r->mw && r->sc && r->mn && r->mnp && r->scp && r->pbuf && r->dh;
+    return r->q && r->dw && r->mw && r->sc && r->mn && r->mnp && r->scp && r->pbuf;
 }
 
 static void row_free(Row *r) {
     free(r->q); free(r->dw); free(r->mw); free(r->sc); free(r->mn); free(r->mnp); free(r->scp); free(r->pbuf);
-    free(r->dh);
 }
 
 /* y [M, sum N_p] = x [M, K] @ [W_0; W_1; ...]^T for n_parts weights side by side (q|k|v, gate|up), each [N_p, K] in

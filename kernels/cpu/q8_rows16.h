@@ -112,8 +112,11 @@ static inline __m512 half16(__m512i v, int hi) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v));
 }
 
-/* sub-block sum of n4 groups of codes c against x's groups at x, times the lanes' int32 scale sc */
-static inline __attribute__((always_inline)) __m512i sub16(const __m512i *c, const int8_t *x, int n4, __m512i sc) {
+/* sub-block sum of n4 groups of codes c against x's groups at x, times the lanes' int32 scale sc (q8_lanes.h's
+ * LV_SUB_DOT: the scale pair sc16 is AVX2's) */
+static inline __attribute__((always_inline)) __m512i sub16(const __m512i *c, const int8_t *x, int n4, __m512i sc,
+                                                          __m512i sc16) {
+    (void)sc16;
     __m512i s = _mm512_setzero_si512();
     for (int k = 0; k < n4; k++) s = _mm512_dpbusd_epi32(s, c[k], _mm512_set1_epi32(ld32(x + 4 * k)));
     return _mm512_mullo_epi32(s, sc);
@@ -146,7 +149,7 @@ typedef __m512i lvi;
 #define LV_T8 t16_8
 #define LV_MADD _mm512_dpwssd_epi32
 #define LV_PAIR(s) (s)  /* VNNI: sub-block sums times the int32 scale (vpmulld) */
-#define LV_SUB_DOT(c, x, n4, run, sc, sc16) sub16(c, x, n4, sc)
+#define LV_SUB_DOT(c, x, n4, run, sc, sc16) sub16(c, x, n4, sc, sc16)
 #endif /* PAIR */
 
 #endif

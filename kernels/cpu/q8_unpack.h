@@ -10,14 +10,13 @@
  * block (nbp, padding zero) dw and mw (the min's scale, or dmin); K-quants: the integer scale sc per sub-block
  * (K / sub_len) and mn per 32, with mnp the pairs (mn[2i], mn[2i+1]) and scp the pairs (sc[2i], sc[2i+1]) of a
  * per-16 scale, each as two int16.
- * In the SIMD builds the rows-as-lanes product takes unsigned codes (unpack_simd: Q6_K keeps 0..63) and x signed,
- * the offset coming off through x's sums. */
+ * The rows-as-lanes product (the types without a vectorized kernel) takes these codes as they are: unsigned, with
+ * their min. */
 typedef struct {
     int8_t *q;
     float *dw, *mw;
     int32_t *sc, *mn, *mnp, *scp;
     float *pbuf;  /* tile1's products: (K / 256 + 8) * 64 floats */
-    uint16_t *dh;  /* a pair's scales as fp16 bits, 2 nbp (q8_rows.h) */
 } Row;
 
 /* Q4_K / Q5_K superblock sb at w: its 6-bit scales and mins per 32, and the mins in pairs for vpmaddwd */
@@ -136,63 +135,5 @@ __attribute__((unused)) static float row1_scalar(int t, const Row *r, int64_t K,
 }
 
 
-#ifdef SIMD
-/* the vectorized unpackers (the others take the scalar one). The 32-blocks' codes stay unsigned (u: Q4_0 0..15,
- * Q5_0 0..31, Q8_0 q + 128, Q6_K 0..63) with their offset taken off through x's sums. */
-/* the 32 codes of the Q4_0 / Q5_0 / Q8_0 block at w: unsigned (AVX2's Q8_0: signed), the offset through x */
-static inline __m256i legacy_codes(int t, const uint8_t *w) {
-    return t == Q4_0 ? nibbles32(w + 2)
-         : t == Q5_0 ? _mm256_or_si256(nibbles32(w + 6), fifth_bits(w + 2))
-                     : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 2)),
-                                        _mm256_set1_epi8(SIGNED_Q8 ? 0 : (char)0x80));
-}
-
-/* Q4_K / Q6_K superblock sb at w: its 256 codes as 8 vectors of 32 in element order (Q4_K 0..15, Q6_K 0..63) into
- * c, its scalars into r at sb */
-static inline void k_superblock(int t, const uint8_t *w, int64_t sb, Row *r, __m256i c[8]) {
-    if (t == Q4_K) {
-        const __m256i low = _mm256_set1_epi8(0x0F);
-        r->dw[sb] = f16c(w);
-        r->mw[sb] = f16c(w + 2);
-        for (int g = 0; g < 4; g++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * g));
-            c[2 * g] = _mm256_and_si256(v, low);
-            c[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-        }
-        k_scales(w, sb, r);
-        return;
-    }
-    r->dw[sb] = f16c(w + 208);
-    r->mw[sb] = 0.0f;
-    q6_k_codes(w, 0, c);
-    q6_k_codes(w, 1, c + 4);
-    const int8_t *s8 = (const int8_t *)(w + 192);
-    for (int i = 0; i < 16; i++) r->sc[16 * sb + i] = s8[i];
-    for (int i = 0; i < 8; i++) r->scp[8 * sb + i] = pair16(s8[2 * i], s8[2 * i + 1]);
-}
-
-static int unpack_simd(int t, const uint8_t *w, int64_t K, Row *r) {
-    int8_t *u = r->q;
-    if (t == Q4_0 || t == Q5_0 || t == Q8_0) {
-        int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
-        for (int64_t b = 0; b < K / 32; b++, w += bytes, u += 32) {
-            r->dw[b] = f16c(w);
-            r->mw[b] = 0.0f;
-            _mm256_storeu_si256((__m256i *)u, legacy_codes(t, w));
-        }
-        return 1;
-    }
-    if (t == Q4_K || t == Q6_K) {
-        for (int64_t sb = 0; sb < K / 256; sb++, w += t == Q4_K ? 144 : 210, u += 256) {
-            __m256i c[8];
-            k_superblock(t, w, sb, r, c);
-            for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(u + 32 * k), c[k]);
-        }
-        return 1;
-    }
-    return 0;
-}
-
-#endif /* SIMD */
 
 #endif
