@@ -146,8 +146,7 @@ class DFlashDecoder:
         self.committed = 0
         self.policy = AdaptiveDraft(drafter.n_max) if drafter.options.adaptive else FixedDraft(drafter.n_max)
         self.kind = sampler.constraint is not None  # spoken replies decode under the words grammar, tool turns not
-        if isinstance(self.policy, AdaptiveDraft):
-            self.policy.resume(drafter.carry.get(self.kind, 0))
+        self.policy.resume(drafter.carry.get(self.kind, 0))
 
     # --- target passes with feature capture --------------------------------------------------------------------
     def _inject(self, hidden: dict[int, torch.Tensor], tokens: list[int], now: bool = True) -> None:
@@ -174,11 +173,12 @@ class DFlashDecoder:
             return [self.pending]
         start = self.session.cache.n_past
         n = min(self.policy.next_n(), self.engine.n_ctx - start - 1)
-        if n > 0 and self._target_unsure():
+        forced = n > 0 and self._forced()  # asked of the grammar once a step
+        if n > 0 and self._target_unsure(forced):
             n = 0  # a plain step, as if backing off (the policy learns nothing from it)
         anchor = self.pending
         t0 = time.perf_counter()
-        drafts = self._draft(anchor, n) if n > 0 else []  # none: a plain step (the drafter's context still grows)
+        drafts = self._draft(anchor, n, forced) if n > 0 else []  # none: a plain step (the drafter context grows)
         t1 = time.perf_counter()
         # a last draft that ends the generation is verified by the row before it: as an input it would only give
         # the bonus token, and nothing follows a stop
@@ -196,8 +196,7 @@ class DFlashDecoder:
         self.log.append((drafts, a))
         self.policy.update(n, len(drafts), a)
         self.policy.observe(n, time.perf_counter() - t0, len(new))
-        if isinstance(self.policy, AdaptiveDraft):
-            self.drafter.carry[self.kind] = self.policy.carry()
+        self.drafter.carry[self.kind] = self.policy.carry()
         self.committed += len(new)
         self.pending = new[-1]
         self.anchor_logits = out.logits[len(new) - 1]  # the row that gave the pending token
@@ -211,21 +210,21 @@ class DFlashDecoder:
         c = self.sampler.constraint
         return c is not None and c.forces_next()
 
-    def _target_unsure(self) -> bool:
+    def _target_unsure(self, forced: bool) -> bool:
         """While probing: the target gave the anchor less than anchor_min. Where the target itself is unsure (free
         speech) its next tokens are hard to foresee and a probe rarely pays; the check is free (the logits are at
         hand), a probe is not. Never where a grammar forces the next token."""
         q = self.drafter.options.anchor_min
-        if q <= 0 or not self.policy.probing or self.anchor_logits is None or self._forced():
+        if q <= 0 or forced or not self.policy.probing or self.anchor_logits is None:
             return False
         return float(torch.softmax(self.anchor_logits.float(), dim=-1).max()) < q
 
-    def _draft(self, anchor: int, n: int) -> list[int]:
+    def _draft(self, anchor: int, n: int, forced: bool) -> list[int]:
         model = self.drafter.model
         self.state.flush()  # the rows of the plain steps since the last draft
         mask = model.cfg.mask_token_id
         constraint = self.sampler.constraint
-        gate = self.drafter.p_min > 0 and not self._forced()
+        gate = self.drafter.p_min > 0 and not forced
         if gate and self.policy.probing and n > 1:
             # recent steps accepted little: score slot 1 alone first, from a block of [anchor, MASK] (slot 1's
             # confidence with the other masks absent: it picked the same token on 76 of 77 bench steps) and the head's

@@ -39,6 +39,13 @@ class FixedDraft:
     def observe(self, asked: int, seconds: float, committed: int) -> None:
         """The wall time of a step that committed `committed` tokens (asked = drafts requested, 0 = a plain step)."""
 
+    def carry(self) -> int:
+        """What the next generation of the same kind starts from (AdaptiveDraft's backoff; nothing here)."""
+        return 0
+
+    def resume(self, backoff: int) -> None:
+        """Start from the last generation's carry (nothing to resume for whole blocks every step)."""
+
 
 class AdaptiveDraft(FixedDraft):
     def __init__(self, n_max: int):
