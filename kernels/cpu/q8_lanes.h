@@ -13,15 +13,15 @@ static inline int lanes_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0
 
 /* Q4_K superblock b for every row of x: out[m * stride]. Its 4 runs of 32 bytes transposed (LV_T8); sub-block j's
  * integer sum times its 6-bit scale (VNNI: vpmulld; AVX2: the int16 sums by vpmaddwd with the scale pair), the mins
- * through x's sums per 32 in int16 pairs (vpdpwssd / vpmaddwd); the 12 scale bytes decoded per lane from gathers, as
- * k_scale_min reads them (q4k_scale_bytes in vectors). */
-static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[LN], const uint8_t *w, lvi vo,
+ * through x's sums per 32 in int16 pairs (vpdpwssd / vpmaddwd); the 12 scale bytes decoded per lane (LV_T4 of the
+ * first 16 bytes), as k_scale_min reads them (q4k_scale_bytes in vectors). */
+static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[LN],
                                                            int64_t b, int64_t K, int64_t M, const XQ *xq, lvf *out,
                                                            int stride) {
-    const uint8_t *wb = w + 144 * b;
-    lvi d32 = LV_GATHER(vo, wb);  /* d | dmin */
-    lvf dw = LV_HALF(d32, 0), mw = LV_HALF(d32, 1);
-    lvi u0 = LV_GATHER(vo, wb + 4), u1 = LV_GATHER(vo, wb + 8), u2 = LV_GATHER(vo, wb + 12);
+    lvi H[4];  /* the first 16 bytes: d | dmin, then the 12 scale bytes */
+    LV_T4(p, 144 * b, H);
+    lvf dw = LV_HALF(H[0], 0), mw = LV_HALF(H[0], 1);
+    lvi u0 = H[1], u1 = H[2], u2 = H[3];
     const lvi m6 = LV_SET1(0x3F3F3F3F), m4 = LV_SET1(0x0F0F0F0F), top = LV_SET1(0x30303030), byte = LV_SET1(0xFF);
     lvi sc4[2] = {LV_AND(u0, m6), LV_OR(LV_AND(u2, m4), LV_AND(LV_SRLI(u0, 2), top))};
     lvi mn4[2] = {LV_AND(u1, m6), LV_OR(LV_AND(LV_SRLI(u2, 4), m4), LV_AND(LV_SRLI(u1, 2), top))};
@@ -62,14 +62,17 @@ static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const
 /* Q6_K superblock b for every row of x: out[m * stride]. Per half, ql's two 32-byte runs and qh's are transposed and
  * the 4 kinds of codes (q6_k_codes' order) built from them; each sub-block of 16 times its int8 scale, the codes'
  * offset 32 through x's sums per 16 and the scales in int16 pairs. */
-static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[LN], const uint8_t *w, lvi vo,
+static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[LN],
                                                            int64_t b, int64_t K, int64_t M, const XQ *xq, lvf *out,
                                                            int stride) {
-    const uint8_t *wb = w + 210 * b;
-    lvf dw = LV_HALF(LV_GATHER(vo, wb + 206), 1);  /* d: bytes 208-209 (a gather at 208 would read past the row) */
+    lvi D[4];  /* bytes 194..209, d the last two (16 bytes from 208 would read past the row) */
+    LV_T4(p, 210 * b + 194, D);
+    lvf dw = LV_HALF(D[3], 1);
     lvi SC[16], SC16[16], SCP[8], isum[MAX_M];
-    for (int q = 0; q < 4; q++) {  /* the 16 int8 scales, sign-extended per lane */
-        lvi g = LV_GATHER(vo, wb + 192 + 4 * q);
+    lvi G[4];  /* bytes 192..207: the 16 int8 scales */
+    LV_T4(p, 210 * b + 192, G);
+    for (int q = 0; q < 4; q++) {  /* sign-extended per lane */
+        lvi g = G[q];
         for (int j = 0; j < 4; j++) {
             SC[4 * q + j] = LV_SRAI(LV_SLLI(g, 24 - 8 * j), 24);
             SC16[4 * q + j] = LV_PAIR(SC[4 * q + j]);
@@ -109,15 +112,15 @@ static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const
 }
 
 /* block (or superblock) b of the LN rows for every row of x: out[m * stride] (the width header's lanes_*) */
-static inline __attribute__((always_inline)) void lanes_block(int t, const uint8_t *const p[LN], const uint8_t *w,
-                                                             lvi vo, int64_t b, int64_t K, int64_t M, const XQ *xq,
-                                                             lvf *out, int stride) {
+static inline __attribute__((always_inline)) void lanes_block(int t, const uint8_t *const p[LN], int64_t b,
+                                                             int64_t K, int64_t M, const XQ *xq, lvf *out,
+                                                             int stride) {
     if (t == Q4_K)
-        lanes_q4k(p, w, vo, b, K, M, xq, out, stride);
+        lanes_q4k(p, b, K, M, xq, out, stride);
     else if (t == Q6_K)
-        lanes_q6k(p, w, vo, b, K, M, xq, out, stride);
+        lanes_q6k(p, b, K, M, xq, out, stride);
     else
-        lanes_legacy(t, p, w, vo, b, K, M, xq, out, stride);
+        lanes_legacy(t, p, b, K, M, xq, out, stride);
 }
 
 /* R <= LN weight rows at w (rb bytes apart) against M <= MAX_M rows of x: y[m * ystride + r]. The next LN rows are
@@ -127,13 +130,10 @@ static inline __attribute__((always_inline)) void lanes_t(int t, const uint8_t *
     const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q8_0 ? 34 : t == Q4_K ? 144 : 210;
     const int64_t nb = K / block_len(t);
     const uint8_t *p[LN];
-    int32_t vo_s[LN];
     for (int r = 0; r < LN; r++) {  /* rows past R repeat the last one (valid bytes; their lanes are not stored) */
         int rr = r < R ? r : R - 1;
         p[r] = w + rr * rb;
-        vo_s[r] = (int32_t)(rr * rb);
     }
-    const lvi vo = LVI_LOAD(vo_s);  /* the rows' byte offsets, for gathers of their scales */
     lvf acc[MAX_M], P[MAX_M][8];
     for (int m = 0; m < M; m++) acc[m] = LVF_ZERO;
     for (int64_t g = 0; g < nb; g += 8) {
@@ -145,7 +145,7 @@ static inline __attribute__((always_inline)) void lanes_t(int t, const uint8_t *
             }
             for (int r = 0; r < LN; r++)
                 for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p[r] + LN * rb + bytes * b + o);
-            lanes_block(t, p, w, vo, b, K, M, xq, &P[0][i], 8);
+            lanes_block(t, p, b, K, M, xq, &P[0][i], 8);
         }
         for (int m = 0; m < M; m++) acc[m] = LVF_ADD(acc[m], LVF_TREE(P[m]));
     }

@@ -14,6 +14,13 @@
 
 #ifdef PAIR
 
+/* acc + w (unsigned codes) . the 4 signed bytes at x broadcast to every lane, as the instruction's own {1to16}
+ * operand: GCC keeps _mm512_set1_epi32(load) a separate vpbroadcastd, an extra uop per product */
+static inline __attribute__((always_inline)) __m512i dpbusd_b(__m512i acc, __m512i w, const int8_t *x) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x));
+    return acc;
+}
+
 /* Z[i]: rows 4i..4i+3 x dwords 0..3 (lane 4r + d) -> T[d]: dword d of rows 0..15 (lane = row) */
 static inline void t16_4x4(const __m512i Z[4], __m512i T[4]) {
     const __m512i ia = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
@@ -40,6 +47,15 @@ static inline void load16x16(const uint8_t *const p[16], int64_t o, __m512i Z[4]
     }
 }
 
+/* 16 bytes at p[r] + o for the 16 rows -> T[d]: dword d of every row (lane = row). The blocks' scales and Q5_0's
+ * qh come this way, not by vpgatherdd: a 16-lane gather takes ~22 cycles on a Zen 5, 16 loads and 8 permutes ~10,
+ * and two gathers were a third of a Q5_0 block's time at 8 rows of x */
+static inline void t16_4(const uint8_t *const p[16], int64_t o, __m512i T[4]) {
+    __m512i Z[4];
+    load16x16(p, o, Z);
+    t16_4x4(Z, T);
+}
+
 /* 32 bytes at p[r] + o for the 16 rows -> T[k]: dword k of every row (lane = row) */
 static inline void t16_8(const uint8_t *const p[16], int64_t o, __m512i T[8]) {
     /* Z[i]: rows 2i, 2i + 1 x 8 dwords; then A[j] / B[j]: rows 4j..4j+3 x dwords 0..3 / 4..7, as t16_4x4 takes */
@@ -57,14 +73,15 @@ static inline void t16_8(const uint8_t *const p[16], int64_t o, __m512i T[8]) {
     t16_4x4(B, T + 4);
 }
 
-/* block b of the 16 rows (p: their first bytes, lane offsets vo = row * rb) -> W[k]: the unsigned codes 4k..4k+3 of
+/* block b of the 16 rows (p: their first bytes) -> W[k]: the unsigned codes 4k..4k+3 of
  * every row (lane = row), dw: the rows' scales */
-static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t *const p[16], const uint8_t *w,
-                                                           __m512i vo, int64_t b, __m512i W[8], __m512 *dw) {
+static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t *const p[16], int64_t b,
+                                                           __m512i W[8], __m512 *dw) {
     const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
     const int64_t o = bytes * b;
-    __m512i d32 = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);  /* the fp16 scale in each low half */
-    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+        __m512i H[4];  /* the block's first 16 bytes: d (fp16) in dword 0's low half, Q5_0's qh after it */
+    t16_4(p, o, H);
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(H[0]));
     if (t == Q8_0) {
         t16_8(p, o + 2, W);
         const __m512i flip = _mm512_set1_epi8((char)0x80);  /* signed codes as q + 128 (off 128) */
@@ -83,25 +100,30 @@ static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t
         const __m512i lut = _mm512_setr_epi32(0, 0x10, 0x1000, 0x1010, 0x100000, 0x100010, 0x101000, 0x101010,
                                               0x10000000, 0x10000010, 0x10001000, 0x10001010, 0x10100000,
                                               0x10100010, 0x10101000, 0x10101010);
-        __m512i h = _mm512_i32gather_epi32(vo, (const void *)(w + o + 2), 1);
+        __m512i h = _mm512_or_si512(_mm512_srli_epi32(H[0], 16), _mm512_slli_epi32(H[1], 16));  /* bytes 2..5 */
         for (int k = 0; k < 8; k++)
             W[k] = _mm512_or_si512(W[k], _mm512_permutexvar_epi32(_mm512_srli_epi32(h, 4 * k), lut));
     }
 }
 
 /* block b of a 32-block type for every row of x: p[m] (lanes: the 16 weight rows) */
-static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[16], const uint8_t *w,
-                                                            __m512i vo, int64_t b, int64_t K, int64_t M,
-                                                            const XQ *xq, __m512 *out, int stride) {
+static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[16], int64_t b,
+                                                            int64_t K, int64_t M, const XQ *xq, __m512 *out,
+                                                            int stride) {
     const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128;
     __m512i W[8];
     __m512 dw;
-    w16_block(t, p, w, vo, b, W, &dw);
+    w16_block(t, p, b, W, &dw);
     for (int m = 0; m < M; m++) {
         const int8_t *xb = xq->q + m * K + 32 * b;
-        __m512i isum = _mm512_set1_epi32(-off * xq->s32[m * xq->n32p + b]);
-        for (int k = 0; k < 8; k++)  /* x's 4 bytes broadcast: one load each, no shuffle */
-            isum = _mm512_dpbusd_epi32(isum, W[k], _mm512_set1_epi32(ld32(xb + 4 * k)));
+        /* x's 4 bytes broadcast: one load each, no shuffle; two chains of 4 (the instruction's latency is 4
+         * cycles, its throughput 2 a cycle; integer sums, so the split changes no bit) */
+        __m512i i0 = _mm512_set1_epi32(-off * xq->s32[m * xq->n32p + b]), i1 = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k += 2) {
+            i0 = dpbusd_b(i0, W[k], xb + 4 * k);
+            i1 = dpbusd_b(i1, W[k + 1], xb + 4 * k + 4);
+        }
+        __m512i isum = _mm512_add_epi32(i0, i1);
         __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
         out[m * stride] = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx));
     }
@@ -118,7 +140,7 @@ static inline __attribute__((always_inline)) __m512i sub16(const __m512i *c, con
                                                           __m512i sc16) {
     (void)sc16;
     __m512i s = _mm512_setzero_si512();
-    for (int k = 0; k < n4; k++) s = _mm512_dpbusd_epi32(s, c[k], _mm512_set1_epi32(ld32(x + 4 * k)));
+    for (int k = 0; k < n4; k++) s = dpbusd_b(s, c[k], x + 4 * k);
     return _mm512_mullo_epi32(s, sc);
 }
 
@@ -126,7 +148,6 @@ static inline __attribute__((always_inline)) __m512i sub16(const __m512i *c, con
 #define LN 16
 typedef __m512 lvf;
 typedef __m512i lvi;
-#define LVI_LOAD(p) _mm512_loadu_si512((const void *)(p))
 #define LVF_ZERO _mm512_setzero_ps()
 #define LVF_ADD _mm512_add_ps
 #define LVF_TREE tree8v
@@ -144,9 +165,9 @@ typedef __m512i lvi;
 #define LV_SRLI _mm512_srli_epi32
 #define LV_SLLI _mm512_slli_epi32
 #define LV_SRAI _mm512_srai_epi32
-#define LV_GATHER(vo, ptr) _mm512_i32gather_epi32(vo, (const void *)(ptr), 1)
 #define LV_HALF half16
 #define LV_T8 t16_8
+#define LV_T4 t16_4
 #define LV_MADD _mm512_dpwssd_epi32
 #define LV_PAIR(s) (s)  /* VNNI: sub-block sums times the int32 scale (vpmulld) */
 #define LV_SUB_DOT(c, x, n4, run, sc, sc16) sub16(c, x, n4, sc, sc16)

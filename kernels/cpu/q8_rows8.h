@@ -38,27 +38,19 @@ static inline __m256i fifth8(__m256i h, int k) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-/* block b of the 8 rows (p: their first bytes, vo: row * rb) -> W[k] (codes 4k..4k+3 of every row; unsigned, AVX2's
- * Q8_0 signed), dw: the rows' scales */
-static inline __attribute__((always_inline)) void w8_block(int t, const uint8_t *const p[8], const uint8_t *w,
-                                                          __m256i vo, int64_t b, __m256i W[8], __m256 *dw) {
-    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
-    const int64_t o = bytes * b;
-    __m256i d32 = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(w + o), vo, 1), _mm256_set1_epi32(0xFFFF));
-    *dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(d32), _mm256_extracti128_si256(d32, 1)));
-    if (t == Q8_0) {
-        __m256i r[8];
-        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + o + 2));
-        t8_8(r, W);
-        if (!SIGNED_Q8)  /* VNNI: signed codes as q + 128 (off 128) */
-            for (int k = 0; k < 8; k++) W[k] = _mm256_xor_si256(W[k], _mm256_set1_epi8((char)0x80));
-        return;
-    }
-    const int q = t == Q4_0 ? 2 : 6;
-    __m256i a[4], t0[4], T[4];
+/* 8 lanes' fp16 at the low (hi = 0) or high half of v -> floats */
+static inline __m256 half8(__m256i v, int hi) {
+    v = hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+    return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* 16 bytes at p[r] + o for the 8 rows -> T[d]: dword d of every row (lane = row); the scales and qh come this way
+ * rather than by a gather (q8_rows16.h's t16_4 says why) */
+static inline void t8_4(const uint8_t *const p[8], int64_t o, __m256i T[4]) {
+    __m256i a[4], t0[4];
     for (int i = 0; i < 4; i++)  /* [row i | row i + 4], 4 dwords each */
-        a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[i] + o + q))),
-                                       _mm_loadu_si128((const __m128i *)(p[i + 4] + o + q)), 1);
+        a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[i] + o))),
+                                       _mm_loadu_si128((const __m128i *)(p[i + 4] + o)), 1);
     t0[0] = _mm256_unpacklo_epi32(a[0], a[1]);
     t0[1] = _mm256_unpackhi_epi32(a[0], a[1]);
     t0[2] = _mm256_unpacklo_epi32(a[2], a[3]);
@@ -67,13 +59,34 @@ static inline __attribute__((always_inline)) void w8_block(int t, const uint8_t 
     T[1] = _mm256_unpackhi_epi64(t0[0], t0[2]);
     T[2] = _mm256_unpacklo_epi64(t0[1], t0[3]);
     T[3] = _mm256_unpackhi_epi64(t0[1], t0[3]);
+}
+
+/* block b of the 8 rows (p: their first bytes) -> W[k] (codes 4k..4k+3 of every row; unsigned, AVX2's
+ * Q8_0 signed), dw: the rows' scales */
+static inline __attribute__((always_inline)) void w8_block(int t, const uint8_t *const p[8], int64_t b, __m256i W[8],
+                                                          __m256 *dw) {
+    const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
+    const int64_t o = bytes * b;
+        __m256i H[4];  /* the block's first 16 bytes: d (fp16) in dword 0's low half, Q5_0's qh after it */
+    t8_4(p, o, H);
+    *dw = half8(H[0], 0);
+    if (t == Q8_0) {
+        __m256i r[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(p[i] + o + 2));
+        t8_8(r, W);
+        if (!SIGNED_Q8)  /* VNNI: signed codes as q + 128 (off 128) */
+            for (int k = 0; k < 8; k++) W[k] = _mm256_xor_si256(W[k], _mm256_set1_epi8((char)0x80));
+        return;
+    }
+    __m256i T[4];
+    t8_4(p, o + (t == Q4_0 ? 2 : 6), T);
     const __m256i low = _mm256_set1_epi8(0x0F);
     for (int k = 0; k < 4; k++) {  /* byte j holds code j (low nibble) and code j + 16 (high) */
         W[k] = _mm256_and_si256(T[k], low);
         W[k + 4] = _mm256_and_si256(_mm256_srli_epi32(T[k], 4), low);
     }
     if (t == Q5_0) {  /* code c's fifth bit is bit c of qh */
-        __m256i h = _mm256_i32gather_epi32((const int *)(w + o + 2), vo, 1);
+        __m256i h = _mm256_or_si256(_mm256_srli_epi32(H[0], 16), _mm256_slli_epi32(H[1], 16));  /* bytes 2..5 */
         for (int k = 0; k < 8; k++) W[k] = _mm256_or_si256(W[k], fifth8(h, k));
     }
 }
@@ -101,12 +114,6 @@ static inline __attribute__((always_inline)) __m256i dot8(int t, const __m256i W
     }
     return a;
 #endif
-}
-
-/* 8 lanes' fp16 at the low (hi = 0) or high half of v -> floats */
-static inline __m256 half8(__m256i v, int hi) {
-    v = hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
-    return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
 /* a lane's int32 scale s as the int16 pair (s, s): vpmaddwd of int16 sums with it is their sum times s */
@@ -150,13 +157,12 @@ static inline __m256 tree8y(const __m256 p[8]) {
 }
 
 /* block b of a 32-block type for every row of x: p[m] (lanes: the 8 weight rows) */
-static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[8], const uint8_t *w,
-                                                           __m256i vo, int64_t b, int64_t K, int64_t M,
-                                                           const XQ *xq, __m256 *out, int stride) {
+static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[8], int64_t b, int64_t K,
+                                                           int64_t M, const XQ *xq, __m256 *out, int stride) {
     const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : SIGNED_Q8 ? 0 : 128;
     __m256i W[8], A[8];
     __m256 dw;
-    w8_block(t, p, w, vo, b, W, &dw);
+    w8_block(t, p, b, W, &dw);
     for (int k = 0; k < 8; k++) A[k] = t == Q8_0 ? _mm256_abs_epi8(W[k]) : W[k];
     for (int m = 0; m < M; m++) {
         __m256i isum = dot8(t, W, A, xq->q + m * K + 32 * b, _mm256_set1_epi32(-off * xq->s32[m * xq->n32p + b]));
@@ -169,7 +175,6 @@ static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint
 #define LN 8
 typedef __m256 lvf;
 typedef __m256i lvi;
-#define LVI_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
 #define LVF_ZERO _mm256_setzero_ps()
 #define LVF_ADD _mm256_add_ps
 #define LVF_TREE tree8y
@@ -188,9 +193,9 @@ typedef __m256i lvi;
 #define LV_SRLI _mm256_srli_epi32
 #define LV_SLLI _mm256_slli_epi32
 #define LV_SRAI _mm256_srai_epi32
-#define LV_GATHER(vo, ptr) _mm256_i32gather_epi32((const int *)(ptr), vo, 1)
 #define LV_HALF half8
 #define LV_T8 t8_8p
+#define LV_T4 t8_4
 #define LV_MADD madd_acc
 #define LV_PAIR pair_of
 #define LV_SUB_DOT sub8
