@@ -57,11 +57,64 @@ def test_candidates_get_their_float64_value_and_nothing_else_moves(head, t):
     assert torch.allclose(head(x), ref, rtol=1e-5, atol=1e-5)
 
 
-def test_a_flat_row_or_a_nan_is_left_to_the_torch_form(head):
+def _exact(head, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    w = dequantize_rows(head._raw, head.ggml_type, head.shape, cols).double()
+    return (w * x.double()[rows]).sum(-1)
+
+
+def test_a_flat_row_refines_its_best_ones(head, monkeypatch):
+    """A flat row (more than HEAD_MAX_CANDIDATES logits within the margin) gets its HEAD_MAX_CANDIDATES best
+    refined, in C, not handed to the torch form; an all-equal row the first columns (ties by column)."""
+    x = _x(head, 1) * 0.4  # logits ~2.5x flatter: ~400 within the margin
+    y = head.approximate(x)
+    assert (y >= y.amax() - linear.HEAD_MARGIN).sum() > linear.HEAD_MAX_CANDIDATES
+    got = y.clone()
+    assert native.head_refine(x, got, head._raw, head.ggml_type, linear.HEAD_MARGIN, linear.HEAD_MAX_CANDIDATES)
+    cols = y[0].topk(linear.HEAD_MAX_CANDIDATES).indices
+    rows = torch.zeros_like(cols)
+    exact = _exact(head, x, rows, cols)
+    assert ((got[0, cols].double() - exact).abs() <= exact.abs() * 2 ** -23).all()
+    rest = torch.ones_like(y, dtype=torch.bool)
+    rest[0, cols] = False
+    assert torch.equal(got[rest], y[rest])
+    flat = torch.zeros(1, head.out_features)
+    assert native.head_refine(x, flat, head._raw, head.ggml_type, linear.HEAD_MARGIN, linear.HEAD_MAX_CANDIDATES)
+    first = torch.arange(linear.HEAD_MAX_CANDIDATES)
+    assert torch.equal(flat[0, first], _exact(head, x, torch.zeros_like(first), first).float())
+    assert not flat[0, linear.HEAD_MAX_CANDIDATES:].any()
+    # the torch form (where the C form declines) keeps the same candidates, within its fp32 sum's rounding
+    monkeypatch.setattr(native, "head_refine", lambda *a: False)
+    ref = y.clone()
+    ref[0, cols] = exact.float()
+    assert torch.allclose(head(x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_rows_candidates_depend_on_that_row_alone(head, monkeypatch):
+    """A DFlash verify block's row gets the logits a decode step gets for it: a flat row refined beside a peaked
+    one equals that row refined alone, bit for bit. Negative control: the flat row has more candidates than a row's
+    cap but fewer than the pair's pooled cap minus the peaked row's, so a rule over the block's pooled count (the one
+    this replaced) refined all of them in the block and only its best alone."""
+    peaked, flat = _x(head, 1), _x(head, 1) * 0.4
+    x = torch.cat([peaked, flat])
+    y = head.approximate(x)
+    counts = (y >= y.amax(-1, keepdim=True) - linear.HEAD_MARGIN).sum(-1)
+    assert linear.HEAD_MAX_CANDIDATES < counts[1] <= 2 * linear.HEAD_MAX_CANDIDATES - counts[0]
+    both = y.clone()
+    assert native.head_refine(x, both, head._raw, head.ggml_type, linear.HEAD_MARGIN, linear.HEAD_MAX_CANDIDATES)
+    for t in range(2):
+        alone = y[t:t + 1].clone()
+        assert native.head_refine(x[t:t + 1], alone, head._raw, head.ggml_type, linear.HEAD_MARGIN,
+                                  linear.HEAD_MAX_CANDIDATES)
+        assert torch.equal(both[t:t + 1], alone)
+    monkeypatch.setattr(native, "head_refine", lambda *a: False)  # the torch form's rule is per row too
+    torch_both, torch_flat = head(x), head(flat)
+    near = lambda v: v >= v.amax(-1, keepdim=True) - linear.HEAD_MARGIN  # noqa: E731
+    assert torch.equal(torch_both[1] != y[1], torch_flat[0] != y[1])
+    assert near(y)[1].sum() > (torch_both[1] != y[1]).sum()
+
+
+def test_a_nan_is_left_to_the_torch_form(head):
     x = _x(head, 1)
-    flat = torch.zeros(1, head.out_features)  # every logit a candidate: more than HEAD_MAX_CANDIDATES
-    assert not native.head_refine(x, flat, head._raw, head.ggml_type, linear.HEAD_MARGIN, linear.HEAD_MAX_CANDIDATES)
-    assert not flat.any()
     y = head.approximate(x)
     y[0, 7] = float("nan")
     kept = y.clone()

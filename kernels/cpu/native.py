@@ -349,9 +349,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float,
 
 def head_refine(x: torch.Tensor, y: torch.Tensor, raw: torch.Tensor, ggml_type: int, margin: float,
                 max_candidates: int) -> bool:
-    """head_refine.c: the exact logits, in place in y [T, N], of every candidate within `margin` of its row's best,
-    from x [T, K] and the head's GGUF bytes `raw` (uint8, contiguous, N rows). False (y untouched) when the candidates
-    are too many (more than max_candidates a row on average) or a row holds a NaN: the caller's torch form decides."""
+    """head_refine.c: the exact logits, in place in y [T, N], of every candidate within `margin` of its row's best
+    (a row with more than max_candidates of them: its max_candidates best, ties by column), from x [T, K] and the
+    head's GGUF bytes `raw` (uint8, contiguous, N rows); a row's candidates depend on that row alone. False (y
+    untouched) when a row holds a NaN or an infinity: the caller's torch form decides."""
     lib = _lib if _tried else library()
     t, n = y.shape
     rc = lib.bolt_head_refine(x.data_ptr(), y.data_ptr(), t, raw.data_ptr(), ggml_type, n, x.shape[1],
