@@ -183,17 +183,38 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
     XQ x32, xk;
     memset(&x32, 0, sizeof x32);
     memset(&xk, 0, sizeof xk);
-    /* the rows-as-lanes layouts only where a part goes that way (serial work: ~1 ms of a verify pass's 97 calls) */
-    int lanes = 0;
-    for (int p = 0; p < n_parts && M > 1; p++) lanes |= !lanes_path(types[p], M);
-    int bad = (need32 && xq_make(&x32, x, M, K, 32, lanes)) || (needk && xq_make(&xk, x, M, K, 256, lanes));
+    /* the rows-as-lanes layouts only where a part goes that way (serial work: ~1 ms of a verify pass's 97 calls);
+     * unpack buffers only where a part unpacks whole rows (the 1-row path needs its partial sums' buffer alone) */
+    int lanes = 0, unpacks = 0;
+    for (int p = 0; p < n_parts; p++) {
+        int fast_row1 = M == 1 && CAT(bolt_q8_fast, LEVEL)(types[p]);
+        lanes |= M > 1 && !lanes_path(types[p], M);
+        unpacks |= !fast_row1 && !lanes_path(types[p], M);
+    }
+    int bad = (need32 && xq_alloc(&x32, M, K, 32, lanes)) || (needk && xq_alloc(&xk, M, K, 256, lanes));
     int64_t nbp = (K / 32 + 7) / 8 * 8;
     if (!bad) {
         #pragma omp parallel num_threads(n_threads)
         {
+            /* x's rows quantized in parallel (each row's bytes are its own: the same whichever thread), then the
+             * layouts built from all of them; the single's barrier holds the products until x is whole */
+            #pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) {
+                if (need32) xq_row(&x32, x, m, K, 32);
+                if (needk) xq_row(&xk, x, m, K, 256);
+            }
+            #pragma omp single
+            {
+                if (need32) xq_finish(&x32, M, K, 32, lanes);
+                if (needk) xq_finish(&xk, M, K, 256, lanes);
+            }
             Row r[NBUF];
+            memset(r, 0, sizeof r);
             int ok = 1;
-            for (int i = 0; i < NBUF; i++) ok &= row_alloc(&r[i], K, nbp, i >= UBUF ? DUP : 1);
+            if (unpacks)
+                for (int i = 0; i < NBUF; i++) ok &= row_alloc(&r[i], K, nbp, i >= UBUF ? DUP : 1);
+            else if (M == 1)
+                ok = (r[0].pbuf = aligned_alloc(64, sizeof(float) * (size_t)((K / 256 + 8) * 64))) != NULL;
             int64_t off = 0;
             for (int p = 0; p < n_parts && ok; p++) {
                 int t = types[p];

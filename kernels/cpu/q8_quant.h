@@ -39,7 +39,9 @@ typedef struct {
     float *dt;
 } XQ;
 
-static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs, int lanes) {
+/* A quantized x in three steps, so that its rows can be quantized in parallel: xq_alloc (0, or -1 for no memory),
+ * xq_row for each row m of x (independent of the others), then xq_finish (the layouts built from all rows) */
+static int xq_alloc(XQ *o, int64_t M, int64_t K, int bs, int lanes) {
     memset(o, 0, sizeof *o);
     o->nbp = (K / bs + 7) / 8 * 8;
     o->n32p = (K / 32 + 7) / 8 * 8;
@@ -61,20 +63,25 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs, int lane
         || (lanes && (!o->qt || !o->dt || !o->s32t || !o->h32t || !o->h16t))
         || (M == 1 && bs == 32 && !o->qp))
         return -1;
-    for (int64_t m = 0; m < M; m++) {
-        int8_t *q = o->q + m * K;
-        quantize_row(x + m * K, K, bs, q, o->d + m * o->nbp);
-        for (int64_t i = 0; i < K / 16; i++) {
-            int32_t t = 0;
-            for (int j = 0; j < 16; j++) t += q[16 * i + j];
-            o->h16[m * (K / 16) + i] = (int16_t)t;  /* |t| <= 16 * 127 */
-        }
-        for (int64_t i = 0; i < K / 32; i++) {
-            int32_t t = o->h16[m * (K / 16) + 2 * i] + o->h16[m * (K / 16) + 2 * i + 1];
-            o->s32[m * o->n32p + i] = t;
-            o->h32[m * (K / 32) + i] = (int16_t)t;
-        }
+    return 0;
+}
+
+static void xq_row(XQ *o, const float *x, int64_t m, int64_t K, int bs) {
+    int8_t *q = o->q + m * K;
+    quantize_row(x + m * K, K, bs, q, o->d + m * o->nbp);
+    for (int64_t i = 0; i < K / 16; i++) {
+        int32_t t = 0;
+        for (int j = 0; j < 16; j++) t += q[16 * i + j];
+        o->h16[m * (K / 16) + i] = (int16_t)t;  /* |t| <= 16 * 127 */
     }
+    for (int64_t i = 0; i < K / 32; i++) {
+        int32_t t = o->h16[m * (K / 16) + 2 * i] + o->h16[m * (K / 16) + 2 * i + 1];
+        o->s32[m * o->n32p + i] = t;
+        o->h32[m * (K / 32) + i] = (int16_t)t;
+    }
+}
+
+static void xq_finish(XQ *o, int64_t M, int64_t K, int bs, int lanes) {
     /* groups of NIBG blocks b, b + 1, ...: [b 0..15 | b+1 0..15 ...][b 16..31 | b+1 16..31 ...], as the blocks'
      * nibble halves meet them side by side */
     if (o->qp)
@@ -102,7 +109,6 @@ static int xq_make(XQ *o, const float *x, int64_t M, int64_t K, int bs, int lane
                     o->h16t[(c * (K / 32) + i) * XLANES + l] = pair16(h[0], h[1]);
                 }
             }
-    return 0;
 }
 
 static void xq_free(XQ *o) {
