@@ -17,6 +17,7 @@ or the tied embedding).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import time
@@ -74,6 +75,8 @@ def engine_ratio(model: str, threads: int, rows: int, n: int = 15) -> dict:
     from bolt_ros.train.prompts import HELD_OUT, assistant_prompt_ids
 
     engine = Engine.load(model, threads=threads)
+    gc.collect()
+    gc.freeze()  # as a node process does once built (nodes/common.tune_interpreter): no full pass over the model
     session = engine.new_session()
     prompt = assistant_prompt_ids(engine, HELD_OUT[0])
     engine.forward(session, prompt)
