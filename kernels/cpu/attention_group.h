@@ -5,12 +5,12 @@
  * Why: a query at a time, a verify block's attention was 6x one row's (Qwen2.5 0.5B, 8 rows x 14 heads over 1200
  * keys, bench_hot: 320 us a layer against 53), bound by the horizontal sum of every score (45 shuffles and adds per
  * query and 16 keys) and by reloading a key's values for every query. Here one transposition of a key tile (AVX-512)
- * and one load of its values serve all the queries: 245 us, 48 at one row. Not ~2.5x: the block's FMAs alone (2 a
- * cycle) take ~135 us.
+ * and one load of its values serve all the queries, and a key's score runs down the dimensions in its own lane (no
+ * sum tree): ~200 us, ~42 at one row. Not ~2.5x: the block's FMAs alone (2 a cycle) take ~135 us.
  *
- * Every query's arithmetic is the one it had alone, op for op (a verify row equals the step at its position, bit for
- * bit): a key's score is the same products, chains and sum tree (moved to a lane of its own), the weights the same
- * exp, the value sums the same two chains in key order. */
+ * Every query's arithmetic is its own, whichever queries share a tile (a verify row equals the step at its
+ * position, bit for bit; the step comes here too): a key's score the same two chains over the dimensions, the
+ * weights the same exp, the value sums the same two chains in key order. */
 #ifndef BOLT_ATTENTION_GROUP_H
 #define BOLT_ATTENTION_GROUP_H
 
@@ -46,41 +46,26 @@ static AI void transpose_keys(int NV, const float *K, int64_t hd, int n, float *
     }
 }
 
-/* A key's score, as the one-query loop has always summed it: lane m of two chains over q's NV vectors u, s0 over
- * the even u and s1 the odd (s = fma(q, k, s) from 0, u ascending), x_m = s0 + s1; then a fixed tree over the 16
- * lanes, ((x0 + x2) + (x1 + x3)) within each 128-bit block b, ((b0 + b2) + (b1 + b3)) across them. Here a key is a
- * lane of KT's vectors, and QG queries share each load of KT. */
-#define QG 4
+/* A key's score: keys are the lanes of KT's vectors (dimension d of 16 keys at KT + d * 16), and each query runs two
+ * FMA chains down its dimensions, s0 over the even d and s1 over the odd (s = fma(q[d], k_d, s) from 0, d
+ * ascending), score = s0 + s1. A step and a verify block both come here (every AVX-512 head size of whole vectors),
+ * so a verify row's scores are the step's. Before, a key's score was the one-query loop's dot (lanes over d, then a
+ * sum tree across them): 31 adds beside every 64 FMAs of a query and 16 keys; this order has one. QG queries share
+ * each load of KT: 2 QG chains in flight, enough for the FMA's latency (4 cycles, 2 a cycle). */
+#define QG 8
 
-/* x_m for the QG queries q[g] over KT's 16 keys */
-static AI void lane_sum(int NV, int m, const float *const *q, const float *KT, av x[QG]) {
+/* the unscaled scores of the QG queries q[g] over KT's 16 keys (hd = NV * 16 dimensions) */
+static AI void key_dots(int NV, const float *const *q, const float *KT, av out[QG]) {
     av s0[QG], s1[QG];
     UNROLL for (int g = 0; g < QG; g++) s0[g] = AV_ZERO, s1[g] = AV_ZERO;
-    UNROLL for (int u = 0; u + 1 < NV; u += 2) {
-        av k0 = AV_LOAD(KT + (u * AW + m) * AW), k1 = AV_LOAD(KT + ((u + 1) * AW + m) * AW);
+    _Pragma("GCC unroll 4") for (int d = 0; d < NV * AW; d += 2) {
+        av k0 = AV_LOAD(KT + d * AW), k1 = AV_LOAD(KT + (d + 1) * AW);
         UNROLL for (int g = 0; g < QG; g++) {
-            s0[g] = AV_FMA(AV_SET1(q[g][u * AW + m]), k0, s0[g]);
-            s1[g] = AV_FMA(AV_SET1(q[g][(u + 1) * AW + m]), k1, s1[g]);
+            s0[g] = AV_FMA(AV_SET1(q[g][d]), k0, s0[g]);
+            s1[g] = AV_FMA(AV_SET1(q[g][d + 1]), k1, s1[g]);
         }
     }
-    if (NV % 2) {
-        av k0 = AV_LOAD(KT + ((NV - 1) * AW + m) * AW);
-        UNROLL for (int g = 0; g < QG; g++) s0[g] = AV_FMA(AV_SET1(q[g][(NV - 1) * AW + m]), k0, s0[g]);
-    }
-    UNROLL for (int g = 0; g < QG; g++) x[g] = AV_ADD(s0[g], s1[g]);
-}
-
-/* the unscaled scores of the QG queries over KT's 16 keys: a 128-bit block's lanes at a time, its adds beside the
- * next block's FMAs (all 16 lanes at once spilled most of them) */
-static AI void key_dots(int NV, const float *const *q, const float *KT, av out[QG]) {
-    av b[4][QG];
-    _Pragma("GCC unroll 1") for (int k = 0; k < 4; k++) {
-        av x0[QG], x1[QG], x2[QG], x3[QG];
-        lane_sum(NV, 4 * k, q, KT, x0), lane_sum(NV, 4 * k + 2, q, KT, x2);
-        lane_sum(NV, 4 * k + 1, q, KT, x1), lane_sum(NV, 4 * k + 3, q, KT, x3);
-        UNROLL for (int g = 0; g < QG; g++) b[k][g] = AV_ADD(AV_ADD(x0[g], x2[g]), AV_ADD(x1[g], x3[g]));
-    }
-    UNROLL for (int g = 0; g < QG; g++) out[g] = AV_ADD(AV_ADD(b[0][g], b[2][g]), AV_ADD(b[1][g], b[3][g]));
+    UNROLL for (int g = 0; g < QG; g++) out[g] = AV_ADD(s0[g], s1[g]);
 }
 
 /* the nq queries' scores (-inf where unseen) over n keys (K, pos from a multiple of 16) into sc (rows of stride ld,
