@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t
                                                            __m512i W[8], __m512 *dw) {
     const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
     const int64_t o = bytes * b;
-        __m512i H[4];  /* the block's first 16 bytes: d (fp16) in dword 0's low half, Q5_0's qh after it */
+    __m512i H[4];  /* the block's first 16 bytes: d (fp16) in dword 0's low half, Q5_0's qh after it */
     t16_4(p, o, H);
     *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(H[0]));
     if (t == Q8_0) {
