@@ -67,7 +67,7 @@ static inline __attribute__((always_inline)) void w8_block(int t, const uint8_t 
                                                           __m256 *dw) {
     const int bytes = t == Q4_0 ? 18 : t == Q5_0 ? 22 : 34;
     const int64_t o = bytes * b;
-        __m256i H[4];  /* the block's first 16 bytes: d (fp16) in dword 0's low half, Q5_0's qh after it */
+    __m256i H[4];  /* the block's first 16 bytes: d (fp16) in dword 0's low half, Q5_0's qh after it */
     t8_4(p, o, H);
     *dw = half8(H[0], 0);
     if (t == Q8_0) {
