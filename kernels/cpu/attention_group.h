@@ -48,10 +48,10 @@ static AI void transpose_keys(int NV, const float *K, int64_t hd, int n, float *
 
 /* A key's score: keys are the lanes of KT's vectors (dimension d of 16 keys at KT + d * 16), and each query runs two
  * FMA chains down its dimensions, s0 over the even d and s1 over the odd (s = fma(q[d], k_d, s) from 0, d
- * ascending), score = s0 + s1. A step and a verify block both come here (every AVX-512 head size of whole vectors),
- * so a verify row's scores are the step's. Before, a key's score was the one-query loop's dot (lanes over d, then a
- * sum tree across them): 31 adds beside every 64 FMAs of a query and 16 keys; this order has one. QG queries share
- * each load of KT: 2 QG chains in flight, enough for the FMA's latency (4 cycles, 2 a cycle). */
+ * ascending), score = s0 + s1. A step and a verify block both come here (AVX-512, head sizes of 1, 2, 4 or 8
+ * vectors), so a verify row's scores are the step's. Before, a key's score was the one-query loop's dot (lanes over
+ * d, then a sum tree across them): 31 adds beside every 64 FMAs of a query and 16 keys; this order has one. QG
+ * queries share each load of KT: 2 QG chains in flight, enough for the FMA's latency (4 cycles, 2 a cycle). */
 #define QG 8
 
 /* the unscaled scores of the QG queries q[g] over KT's 16 keys (hd = NV * 16 dimensions) */

@@ -150,6 +150,11 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
 
 #define NBUF (UBUF + NU)
 
+/* tile1's products for K (q8_row1.h: [groups][8 rows][8]) */
+static float *pbuf_alloc(int64_t K) {
+    return aligned_alloc(64, sizeof(float) * (size_t)((K / 256 + 8) * 64));
+}
+
 /* one thread's unpack buffers for K (n = 2: two rows interleaved); 1, or 0 for no memory */
 static int row_alloc(Row *r, int64_t K, int64_t nbp, int n) {
     r->q = malloc((size_t)(n * K) + 128);
@@ -159,7 +164,7 @@ static int row_alloc(Row *r, int64_t K, int64_t nbp, int n) {
     r->mn = calloc((size_t)(K / 32 + 8), sizeof(int32_t));
     r->mnp = calloc((size_t)(n * (K / 64 + 8)), sizeof(int32_t));
     r->scp = calloc((size_t)(n * (K / 32 + 8)), sizeof(int32_t));
-    r->pbuf = aligned_alloc(64, sizeof(float) * (size_t)((K / 256 + 8) * 64));
+    r->pbuf = pbuf_alloc(K);
     return r->q && r->dw && r->mw && r->sc && r->mn && r->mnp && r->scp && r->pbuf;
 }
 
@@ -214,7 +219,7 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
             if (unpacks)
                 for (int i = 0; i < NBUF; i++) ok &= row_alloc(&r[i], K, nbp, i >= UBUF ? DUP : 1);
             else if (M == 1)
-                ok = (r[0].pbuf = aligned_alloc(64, sizeof(float) * (size_t)((K / 256 + 8) * 64))) != NULL;
+                ok = (r[0].pbuf = pbuf_alloc(K)) != NULL;
             int64_t off = 0;
             for (int p = 0; p < n_parts && ok; p++) {
                 int t = types[p];
