@@ -2,10 +2,11 @@
  *
  * The head's int8 product (q8_matmul.c, as llama.cpp computes it) rounds x to 8 bits per block, so near-ties between
  * the top tokens can order differently than in exact arithmetic. Every logit within `margin` of its row's best (in a
- * flat row, only the best max_cand of those) is recomputed from the GGUF row, dequantized as gguf_dequant.c does (the reference's values bit for bit), against x
- * in double, and rounded once to fp32: at least as exact as the torch form's fp32 sum. In torch this was ~1 ms a step
- * (a compare and `nonzero` over the 150-260k logits, a row gather, the dequantization in torch ops); here a scan
- * and a few hundred short dots, ~0.05 ms. Built and loaded by kernels/cpu/native.py. */
+ * flat row, only the best max_cand of those) is recomputed from the GGUF row, dequantized as gguf_dequant.c does (the
+ * reference's values bit for bit), against x in double, and rounded once to fp32: at least as exact as the torch
+ * form's fp32 sum. In torch this was ~1 ms a step (a compare and `nonzero` over the 150-260k logits, a row gather,
+ * the dequantization in torch ops); here a scan and a few hundred short dots, ~0.05 ms. Built and loaded by
+ * kernels/cpu/native.py. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
