@@ -5,6 +5,10 @@
 #include <string.h>
 
 enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+/* Q5_0 repacked at load in tiles of 16 rows (gguf_dequant.c: bolt_tile16): per tile and block of 32, the 16 rows'
+ * d (fp16), then their qh (4 bytes each), then qs in 4 groups, each the 16 rows' 4 bytes 4k..4k+3. A weight-rows-as-
+ * lanes kernel loads each of those as one vector (q8_tiles.h) where the GGUF layout needs 16 loads and 8 permutes. */
+enum { Q5_0_T16 = 256 + Q5_0, T16_ROWS = 16, T16_BLOCK = 16 * 22 };
 
 /* fp16 at p (little-endian) -> fp32, exactly: subnormals, inf and NaN included */
 static inline float f16(const uint8_t *p) {

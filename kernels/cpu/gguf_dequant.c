@@ -120,19 +120,52 @@ static int block_shape(int type, int *elems, int *bytes) {
     }
 }
 
+/* Q5_0 block b of row r of a tiled tensor (Q5_0_T16) in GGUF's 22 bytes; nb blocks a row */
+static void t16_gguf_block(const uint8_t *src, int64_t r, int64_t nb, int64_t b, uint8_t out[22]) {
+    const uint8_t *t = src + (r / T16_ROWS) * nb * T16_BLOCK + b * T16_BLOCK;
+    int l = (int)(r % T16_ROWS);
+    memcpy(out, t + 2 * l, 2);
+    memcpy(out + 2, t + 32 + 4 * l, 4);
+    for (int k = 0; k < 4; k++) memcpy(out + 6 + 4 * k, t + 96 + 64 * k + 4 * l, 4);
+}
+
+/* [n_rows, n_cols] Q5_0 (GGUF rows) -> tiles of 16 rows (Q5_0_T16) at dst, n_rows rounded up to 16 (the padding
+ * rows zero: d = 0, so their lanes are 0). Returns 0, or -1 for a row that isn't whole blocks. */
+int bolt_tile16(const uint8_t *src, int64_t n_rows, int64_t n_cols, uint8_t *dst) {
+    if (n_cols % 32) return -1;
+    int64_t nb = n_cols / 32, tiles = (n_rows + T16_ROWS - 1) / T16_ROWS;
+    memset(dst, 0, (size_t)(tiles * nb * T16_BLOCK));
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *in = src + (r * nb + b) * 22;
+            uint8_t *t = dst + (r / T16_ROWS) * nb * T16_BLOCK + b * T16_BLOCK;
+            int l = (int)(r % T16_ROWS);
+            memcpy(t + 2 * l, in, 2);
+            memcpy(t + 32 + 4 * l, in + 2, 4);
+            for (int k = 0; k < 4; k++) memcpy(t + 96 + 64 * k + 4 * l, in + 6 + 4 * k, 4);
+        }
+    return 0;
+}
+
 /* Rows [row0, row1) of a [n_rows, n_cols] tensor of `type` (its bytes at src, rows contiguous) into dst, which holds
  * the same rows: fp32 when out_bf16 is 0, else bf16 bits. Returns 0, or -1 for a type this file doesn't read or a
  * row length that isn't whole blocks (the caller has already validated both; this is a second guard). */
 int bolt_dequant_rows(int type, const uint8_t *src, int64_t row0, int64_t row1, int64_t n_cols, void *dst,
                       int out_bf16) {
-    int elems, bytes;
-    if (block_shape(type, &elems, &bytes) || n_cols % elems) return -1;
+    int elems, bytes, tiled = type == Q5_0_T16;
+    if (block_shape(tiled ? Q5_0 : type, &elems, &bytes) || n_cols % elems) return -1;
     int64_t per_row = n_cols / elems;
     float y[256];
+    uint8_t g[22];
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *b = src + r * per_row * bytes;
         for (int64_t k = 0; k < per_row; k++, b += bytes) {
-            block(type, b, y);
+            if (tiled) {
+                t16_gguf_block(src, r, per_row, k, g);
+                block(Q5_0, g, y);
+            } else {
+                block(type, b, y);
+            }
             int64_t at = r * n_cols + k * elems;
             if (out_bf16) {
                 uint16_t *o = (uint16_t *)dst + at;

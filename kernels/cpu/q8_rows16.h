@@ -73,6 +73,15 @@ static inline void t16_8(const uint8_t *const p[16], int64_t o, __m512i T[8]) {
     t16_4x4(B, T + 4);
 }
 
+/* Q5_0: code c's fifth bit is bit c of the lane's qh h: group k's 4 bits -> 0x10 in its bytes, by a table */
+static inline __attribute__((always_inline)) void q5_fifth(__m512i W[8], __m512i h) {
+    const __m512i lut = _mm512_setr_epi32(0, 0x10, 0x1000, 0x1010, 0x100000, 0x100010, 0x101000, 0x101010,
+                                          0x10000000, 0x10000010, 0x10001000, 0x10001010, 0x10100000,
+                                          0x10100010, 0x10101000, 0x10101010);
+    for (int k = 0; k < 8; k++)
+        W[k] = _mm512_or_si512(W[k], _mm512_permutexvar_epi32(_mm512_srli_epi32(h, 4 * k), lut));
+}
+
 /* block b of the 16 rows (p: their first bytes) -> W[k]: the unsigned codes 4k..4k+3 of
  * every row (lane = row), dw: the rows' scales */
 static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t *const p[16], int64_t b,
@@ -96,24 +105,15 @@ static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t
         W[k] = _mm512_and_si512(T[k], low);
         W[k + 4] = _mm512_and_si512(_mm512_srli_epi32(T[k], 4), low);
     }
-    if (t == Q5_0) {  /* code c's fifth bit is bit c of qh: group k's 4 bits -> 0x10 in its bytes, by a table */
-        const __m512i lut = _mm512_setr_epi32(0, 0x10, 0x1000, 0x1010, 0x100000, 0x100010, 0x101000, 0x101010,
-                                              0x10000000, 0x10000010, 0x10001000, 0x10001010, 0x10100000,
-                                              0x10100010, 0x10101000, 0x10101010);
-        __m512i h = _mm512_or_si512(_mm512_srli_epi32(H[0], 16), _mm512_slli_epi32(H[1], 16));  /* bytes 2..5 */
-        for (int k = 0; k < 8; k++)
-            W[k] = _mm512_or_si512(W[k], _mm512_permutexvar_epi32(_mm512_srli_epi32(h, 4 * k), lut));
-    }
+    if (t == Q5_0)  /* qh: bytes 2..5 */
+        q5_fifth(W, _mm512_or_si512(_mm512_srli_epi32(H[0], 16), _mm512_slli_epi32(H[1], 16)));
 }
 
-/* block b of a 32-block type for every row of x: p[m] (lanes: the 16 weight rows) */
-static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[16], int64_t b,
-                                                            int64_t K, int64_t M, const XQ *xq, __m512 *out,
-                                                            int stride) {
-    const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128;
-    __m512i W[8];
-    __m512 dw;
-    w16_block(t, p, b, W, &dw);
+/* block b's codes W (16 weight rows as lanes, unsigned: the signed code + off) and scales dw for every row of x:
+ * out[m * stride] */
+static inline __attribute__((always_inline)) void lanes_dots(int off, const __m512i W[8], __m512 dw, int64_t b,
+                                                          int64_t K, int64_t M, const XQ *xq, __m512 *out,
+                                                          int stride) {
     for (int m = 0; m < M; m++) {
         const int8_t *xb = xq->q + m * K + 32 * b;
         /* x's 4 bytes broadcast: one load each, no shuffle; two chains of 4 (the instruction's latency is 4
@@ -127,6 +127,16 @@ static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint
         __m512 dx = _mm512_set1_ps(xq->d[m * xq->nbp + b]);
         out[m * stride] = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx));
     }
+}
+
+/* block b of a 32-block type for every row of x: p[m] (lanes: the 16 weight rows) */
+static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[16], int64_t b,
+                                                            int64_t K, int64_t M, const XQ *xq, __m512 *out,
+                                                            int stride) {
+    __m512i W[8];
+    __m512 dw;
+    w16_block(t, p, b, W, &dw);
+    lanes_dots(t == Q4_0 ? 8 : t == Q5_0 ? 16 : 128, W, dw, b, K, M, xq, out, stride);
 }
 
 /* 16 lanes' fp16 in the low (hi = 0) or high half of v -> floats */

@@ -361,8 +361,16 @@ class QuantLinear(nn.Module):
         if not native.gguf_matmul_fast(self.ggml_type):
             raise ValueError(f"scheme blocks needs the C CPU kernels with a vectorized {_type_name(self.ggml_type)} "
                              "kernel (kernels/cpu/native.py)")
+        tiled = native.tiled_type(self.ggml_type)
+        if tiled is not None:
+            # [ceil(N / 16) * 16, row_bytes]: Q5_0 in tiles of 16 rows, the layout the AVX-512 levels multiply
+            # fastest at every row count (q8_tiles.h); a copy, which the prefill's dequantization reads too
+            self.blocks_type = tiled
+            self.register_buffer("blocks", native.tile16(blocks.reshape(-1), self.out_features, self.in_features))
+            return
         # [N, row_bytes]: the GGUF mmap view itself, like _raw (the file stays open while the model lives): the
         # bytes are the page cache's, shared with the prefill path's dequantization, not a second copy
+        self.blocks_type = self.ggml_type
         self.register_buffer("blocks", blocks.reshape(self.out_features, -1))
 
     def _build_gguf(self, blocks: torch.Tensor) -> None:
@@ -388,12 +396,12 @@ class QuantLinear(nn.Module):
         fused.out_features = sum(m.out_features for m in layers)
         fused.policy, fused.role, fused.scheme = first.policy, first.role, first.scheme
         fused.prefill_dense_rows, fused.group = first.prefill_dense_rows, first.group
-        fused._parts = [(m._raw, m.ggml_type, m.shape) for m in layers]  # GGUF views only: the packed parts go
+        fused._parts = [m._dense_source() for m in layers]  # GGUF views or tiles only: the packed parts go
         if first.scheme in ("f32", "bf16"):
             fused.register_buffer("weight", torch.cat([m.weight for m in layers]))
         elif first.scheme == "blocks":
             # the parts stay where they lie (the GGUF mmap), each in its own type: one C call over all of them
-            fused._block_parts = native.BlockParts([(m.blocks, m.ggml_type, m.out_features) for m in layers])
+            fused._block_parts = native.BlockParts([(m.blocks, m.blocks_type, m.out_features) for m in layers])
         else:
             fused._set_int4(torch.cat([m.packed for m in layers]), torch.cat([m.scale_zeros for m in layers], dim=1))
         return fused
@@ -449,7 +457,7 @@ class QuantLinear(nn.Module):
             return None
         parts = getattr(self, "_block_parts", None) or getattr(self, "_own_parts", None)
         if parts is None:  # a single weight's parts, built once
-            parts = self._own_parts = native.BlockParts([(self.blocks, self.ggml_type, self.out_features)])
+            parts = self._own_parts = native.BlockParts([(self.blocks, self.blocks_type, self.out_features)])
         return parts
 
     def _refine_top(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -487,7 +495,7 @@ class QuantLinear(nn.Module):
             parts = getattr(self, "_block_parts", None)
             if torch.compiler.is_compiling():  # a compiled step (engine/model/compiled.py) calls the operator
                 if parts is None:
-                    return native.gguf_matmul_op(x, self.blocks, self.ggml_type, self.out_features)
+                    return native.gguf_matmul_op(x, self.blocks, self.blocks_type, self.out_features)
                 return torch.cat([native.gguf_matmul_op(x, b, t, n) for b, t, n in
                                   zip(parts.blocks, parts.types, parts.rows)], dim=-1)
             if parts is not None:
@@ -495,8 +503,8 @@ class QuantLinear(nn.Module):
                     return native.gguf_matmul_parts(x, parts)
                 return torch.cat([native.gguf_matmul_parts(c, parts) for c in x.split(native.MAX_M)])
             if x.shape[0] <= native.MAX_M:
-                return native.gguf_matmul(x, self.blocks, self.ggml_type, self.out_features)
-            return torch.cat([native.gguf_matmul(c, self.blocks, self.ggml_type, self.out_features)
+                return native.gguf_matmul(x, self.blocks, self.blocks_type, self.out_features)
+            return torch.cat([native.gguf_matmul(c, self.blocks, self.blocks_type, self.out_features)
                               for c in x.split(native.MAX_M)])
         if s in ("int4", "int4x2"):
             xb = x.to(torch.bfloat16)
@@ -510,23 +518,31 @@ class QuantLinear(nn.Module):
 
     def _dense(self) -> torch.Tensor:
         """The GGUF weight in prefill_dtype() [out, in], in this thread's workspace (valid until the next call)."""
-        parts = getattr(self, "_parts", None) or [(self._raw, self.ggml_type, self.shape)]
+        parts = getattr(self, "_parts", None) or [self._dense_source()]
         dtype = prefill_dtype()
         out = _workspace(self.out_features * self.in_features, dtype).view(self.shape)
         r0 = 0
         for raw, t, (rows, cols) in parts:
-            if native.available() and t in native.TYPES:
+            if t == native.Q5_0_T16 or (native.available() and t in native.TYPES):
                 native.dequantize_rows(raw.contiguous(), t, rows, cols, dtype, out=out[r0 : r0 + rows])
             else:
                 out[r0 : r0 + rows] = dequantize(raw, t, (rows, cols))
             r0 += rows
         return out
 
+    def _dense_source(self) -> tuple[torch.Tensor, int, tuple[int, int]]:
+        """(bytes, type, shape) the prefill's dequantization reads: the tiles where the matmul holds them (then the
+        GGUF pages are not read again), else the GGUF bytes."""
+        if getattr(self, "blocks_type", self.ggml_type) != self.ggml_type:
+            return self.blocks, self.blocks_type, self.shape
+        return self._raw, self.ggml_type, self.shape
+
     def dequantized(self) -> torch.Tensor:
         """The exact GGUF weight as fp32 [out, in] (from the GGUF bytes, whatever the scheme)."""
         parts = getattr(self, "_parts", None)
         if parts is not None:
-            return torch.cat([dequantize(raw, t, shape) for raw, t, shape in parts])
+            return torch.cat([dequantize(raw, t, shape) if t != native.Q5_0_T16 else
+                              native.dequantize_rows(raw, t, *shape) for raw, t, shape in parts])
         return dequantize(self._raw, self.ggml_type, self.shape)
 
     def extra_repr(self) -> str:
