@@ -120,30 +120,35 @@ static int block_shape(int type, int *elems, int *bytes) {
     }
 }
 
-/* Q5_0 block b of row r of a tiled tensor (Q5_0_T16) in GGUF's 22 bytes; nb blocks a row */
-static void t16_gguf_block(const uint8_t *src, int64_t r, int64_t nb, int64_t b, uint8_t out[22]) {
-    const uint8_t *t = src + (r / T16_ROWS) * nb * T16_BLOCK + b * T16_BLOCK;
-    int l = (int)(r % T16_ROWS);
-    memcpy(out, t + 2 * l, 2);
-    memcpy(out + 2, t + 32 + 4 * l, 4);
-    for (int k = 0; k < 4; k++) memcpy(out + 6 + 4 * k, t + 96 + 64 * k + 4 * l, 4);
+/* where byte j of row l's block lies in its tile's block (gguf_blocks.h) */
+static int tile_offset(int base, int l, int j) {
+    int h = tile_half_at(base);
+    if (h < 0) return 64 * (j / 4) + 4 * l + j % 4;
+    if (j == h || j == h + 1) return 2 * l + j - h;
+    int o = j > h ? j - 2 : j;  /* among the other bytes */
+    return 32 + 64 * (o / 4) + 4 * l + o % 4;
 }
 
-/* [n_rows, n_cols] Q5_0 (GGUF rows) -> tiles of 16 rows (Q5_0_T16) at dst, n_rows rounded up to 16 (the padding
- * rows zero: d = 0, so their lanes are 0). Returns 0, or -1 for a row that isn't whole blocks. */
-int bolt_tile16(const uint8_t *src, int64_t n_rows, int64_t n_cols, uint8_t *dst) {
-    if (n_cols % 32) return -1;
-    int64_t nb = n_cols / 32, tiles = (n_rows + T16_ROWS - 1) / T16_ROWS;
-    memset(dst, 0, (size_t)(tiles * nb * T16_BLOCK));
-    for (int64_t r = 0; r < n_rows; r++)
+static int tileable(int base) { return base == Q5_0 || base == Q4_K || base == Q6_K; }
+
+/* [n_rows, n_cols] GGUF rows of `base` (Q5_0, Q4_K, Q6_K) -> tiles of 16 rows (TILED + base) at dst, n_rows rounded
+ * up to 16 (the padding rows zero: d = 0, so their lanes are 0). Returns 0, or -1 for another type or a row that
+ * isn't whole blocks. */
+int bolt_tile16(int base, const uint8_t *src, int64_t n_rows, int64_t n_cols, uint8_t *dst) {
+    int elems, bytes;
+    if (!tileable(base) || block_shape(base, &elems, &bytes) || n_cols % elems) return -1;
+    int64_t nb = n_cols / elems, tiles = (n_rows + T16_ROWS - 1) / T16_ROWS, tb = (int64_t)T16_ROWS * bytes;
+    memset(dst, 0, (size_t)(tiles * nb * tb));
+    for (int64_t r = 0; r < n_rows; r++) {
+        int l = (int)(r % T16_ROWS);
+        int off[256];
+        for (int j = 0; j < bytes; j++) off[j] = tile_offset(base, l, j);
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *in = src + (r * nb + b) * 22;
-            uint8_t *t = dst + (r / T16_ROWS) * nb * T16_BLOCK + b * T16_BLOCK;
-            int l = (int)(r % T16_ROWS);
-            memcpy(t + 2 * l, in, 2);
-            memcpy(t + 32 + 4 * l, in + 2, 4);
-            for (int k = 0; k < 4; k++) memcpy(t + 96 + 64 * k + 4 * l, in + 6 + 4 * k, 4);
+            const uint8_t *in = src + (r * nb + b) * bytes;
+            uint8_t *t = dst + (r / T16_ROWS) * nb * tb + b * tb;
+            for (int j = 0; j < bytes; j++) t[off[j]] = in[j];
         }
+    }
     return 0;
 }
 
@@ -152,17 +157,21 @@ int bolt_tile16(const uint8_t *src, int64_t n_rows, int64_t n_cols, uint8_t *dst
  * row length that isn't whole blocks (the caller has already validated both; this is a second guard). */
 int bolt_dequant_rows(int type, const uint8_t *src, int64_t row0, int64_t row1, int64_t n_cols, void *dst,
                       int out_bf16) {
-    int elems, bytes, tiled = type == Q5_0_T16;
-    if (block_shape(tiled ? Q5_0 : type, &elems, &bytes) || n_cols % elems) return -1;
+    int elems, bytes, base = type >= TILED ? type - TILED : type;
+    if ((type >= TILED && !tileable(base)) || block_shape(base, &elems, &bytes) || n_cols % elems) return -1;
     int64_t per_row = n_cols / elems;
     float y[256];
-    uint8_t g[22];
+    uint8_t g[256];
+    int off[256];
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *b = src + r * per_row * bytes;
+        if (type >= TILED)
+            for (int j = 0; j < bytes; j++) off[j] = tile_offset(base, (int)(r % T16_ROWS), j);
         for (int64_t k = 0; k < per_row; k++, b += bytes) {
-            if (tiled) {
-                t16_gguf_block(src, r, per_row, k, g);
-                block(Q5_0, g, y);
+            if (type >= TILED) {  /* the block's bytes gathered from its tile */
+                const uint8_t *t = src + ((r / T16_ROWS) * per_row + k) * T16_ROWS * bytes;
+                for (int j = 0; j < bytes; j++) g[j] = t[off[j]];
+                block(base, g, y);
             } else {
                 block(type, b, y);
             }

@@ -52,10 +52,10 @@ LEVELS: tuple[tuple[str, list[str], frozenset[str]], ...] = (
      frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512vbmi"})),
 )
 TYPES = (2, 3, 6, 7, 8, 12, 13, 14)  # Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
-Q5_0 = 6
-# Q5_0 tiled at load, 16 rows a tile (gguf_blocks.h, q8_tiles.h): not a GGUF type, the layout the AVX-512 levels'
-# products read fastest; dequantize_rows reads it too
-Q5_0_T16 = 256 + Q5_0
+# Q5_0, Q4_K and Q6_K tiled at load, 16 rows a tile (gguf_blocks.h, q8_tiles.h): type TILED + the GGUF type, not a
+# GGUF type but the layout the AVX-512 levels' products read fastest; dequantize_rows reads it too
+TILED = 256
+TILEABLE = (6, 12, 14)  # Q5_0 Q4_K Q6_K
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -154,7 +154,7 @@ def _build() -> ctypes.CDLL | None:
     p, i64, i = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     so.bolt_dequant_rows.argtypes = [i, p, i64, i64, i64, p, i]
     so.bolt_dequant_rows.restype = i
-    so.bolt_tile16.argtypes = [p, i64, i64, p]
+    so.bolt_tile16.argtypes = [i, p, i64, i64, p]
     so.bolt_tile16.restype = i
     _levels = {}
     for name in built:
@@ -234,7 +234,7 @@ def dequantize_rows(data: torch.Tensor, ggml_type: int, n_rows: int, n_cols: int
     is in TYPES, that the library is available and the byte count (quants.py does); the rows are split across
     torch.get_num_threads() threads."""
     lib = library()
-    assert lib is not None and ggml_type in (*TYPES, Q5_0_T16) and data.dtype == torch.uint8 and data.is_contiguous()
+    assert lib is not None and _known(ggml_type) and data.dtype == torch.uint8 and data.is_contiguous()
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"dequantize to float32 or bfloat16, not {dtype}")
     if out is None:
@@ -297,27 +297,39 @@ def gguf_matmul_parts(x: torch.Tensor, parts: BlockParts, *, level: str | None =
 
 def gguf_matmul_fast(ggml_type: int, level_name: str | None = None) -> bool:
     """Whether this machine's level (or `level_name`) has a vectorized gguf_matmul for the type (Q4_0, Q5_0, Q8_0,
-    Q4_K, Q6_K from AVX2 + F16C + FMA up; Q5_0_T16 on the AVX-512 levels)."""
+    Q4_K, Q6_K from AVX2 + F16C + FMA up; their tiles, TILED + type, on the AVX-512 levels)."""
     lib = library()
-    return lib is not None and ggml_type in (*TYPES, Q5_0_T16) and bool(_levels[level_name or level()][1](ggml_type))
+    return lib is not None and _known(ggml_type) and bool(_levels[level_name or level()][1](ggml_type))
+
+
+def _known(t: int) -> bool:
+    return t in TYPES or t - TILED in TILEABLE
+
+
+_BLOCK = {6: (32, 22), 12: (256, 144), 14: (256, 210)}  # the tileable types' (weights, bytes) a block
 
 
 def tiled_type(ggml_type: int) -> int | None:
-    """The tiled layout this machine's level multiplies `ggml_type` fastest in (Q5_0 -> Q5_0_T16 on the AVX-512
-    levels), or None where the GGUF rows are the fastest."""
-    return Q5_0_T16 if ggml_type == Q5_0 and gguf_matmul_fast(Q5_0_T16) else None
+    """The tiled layout this machine's level multiplies `ggml_type` fastest in (TILED + Q5_0 / Q4_K / Q6_K on the
+    AVX-512 levels), or None where the GGUF rows are the fastest."""
+    t = TILED + ggml_type
+    return t if ggml_type in TILEABLE and gguf_matmul_fast(t) else None
 
 
-def tile16(blocks: torch.Tensor, n_rows: int, n_cols: int) -> torch.Tensor:
-    """Q5_0 GGUF rows (uint8, contiguous, n_rows whole rows) -> the Q5_0_T16 tiles, uint8 [ceil(n_rows / 16) * 16,
-    row_bytes] (padding rows zero). A copy: the tiles live in the process's memory, not in the file's pages."""
+def tile16(blocks: torch.Tensor, ggml_type: int, n_rows: int, n_cols: int) -> torch.Tensor:
+    """GGUF rows of Q5_0, Q4_K or Q6_K (uint8, contiguous, n_rows whole rows) -> their tiles (type TILED +
+    ggml_type), uint8 [ceil(n_rows / 16) * 16, row_bytes] (padding rows zero). A copy: the tiles live in the process's
+    memory, not in the file's pages."""
     lib = library()
-    row_bytes = n_cols // 32 * 22
-    if lib is None or blocks.dtype != torch.uint8 or n_cols % 32 or blocks.numel() != n_rows * row_bytes:
-        raise ValueError(f"tile16 takes {n_rows} whole Q5_0 rows of {n_cols} columns as uint8")
+    if ggml_type not in TILEABLE:
+        raise ValueError(f"tile16 tiles Q5_0, Q4_K and Q6_K, not ggml type {ggml_type}")
+    elems, nbytes = _BLOCK[ggml_type]
+    row_bytes = n_cols // elems * nbytes
+    if lib is None or blocks.dtype != torch.uint8 or n_cols % elems or blocks.numel() != n_rows * row_bytes:
+        raise ValueError(f"tile16 takes {n_rows} whole rows of {n_cols} columns as uint8")
     src = blocks.contiguous()
     out = torch.empty((n_rows + 15) // 16 * 16, row_bytes, dtype=torch.uint8)
-    if lib.bolt_tile16(src.data_ptr(), n_rows, n_cols, out.data_ptr()):
+    if lib.bolt_tile16(ggml_type, src.data_ptr(), n_rows, n_cols, out.data_ptr()):
         raise ValueError(f"tile16 refused {n_cols} columns")
     return out
 

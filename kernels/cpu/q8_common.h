@@ -48,7 +48,9 @@
 #define NIBG 2
 #endif
 
-static int is_k(int t) { return t == Q4_K || t == Q5_K || t == Q6_K; }
+/* a tiled type (gguf_blocks.h: TILED + Q5_0, Q4_K or Q6_K); the predicates below take its GGUF type */
+static int tiled(int t) { return t == TILED + Q5_0 || t == TILED + Q4_K || t == TILED + Q6_K; }
+static int is_k(int t) { return t == Q4_K || t == Q5_K || t == Q6_K || t == TILED + Q4_K || t == TILED + Q6_K; }
 static int has_min(int t) { return t == Q4_1 || t == Q5_1 || t == Q4_K || t == Q5_K; }
 static int sub_len(int t) { return t == Q6_K ? 16 : 32; }  /* K-quants: weights per integer sub-block scale */
 static int block_len(int t) { return is_k(t) ? 256 : 32; }

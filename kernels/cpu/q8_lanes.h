@@ -9,17 +9,24 @@
 #define BOLT_Q8_LANES_H
 
 #ifdef LN
+/* a tile's block tb (q8_tiles.h) where the width has tiles (LV_TILE_GROUPS), else the LN rows at p */
+#ifdef LV_TILE_GROUPS
+#define TILE_OR(tb, from_tile, from_rows) do { if (tb) { from_tile; } else { from_rows; } } while (0)
+#else
+#define TILE_OR(tb, from_tile, from_rows) do { (void)(tb); from_rows; } while (0)
+#endif
+
 static inline int lanes_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
 /* Q4_K superblock b for every row of x: out[m * stride]. Its 4 runs of 32 bytes transposed (LV_T8); sub-block j's
  * integer sum times its 6-bit scale (VNNI: vpmulld; AVX2: the int16 sums by vpmaddwd with the scale pair), the mins
  * through x's sums per 32 in int16 pairs (vpdpwssd / vpmaddwd); the 12 scale bytes decoded per lane (LV_T4 of the
  * first 16 bytes), as k_scale_min reads them (q4k_scale_bytes in vectors). */
-static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[LN],
+static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const p[LN], const uint8_t *tb,
                                                            int64_t b, int64_t K, int64_t M, const XQ *xq, lvf *out,
                                                            int stride) {
     lvi H[4];  /* the first 16 bytes: d | dmin, then the 12 scale bytes */
-    LV_T4(p, 144 * b, H);
+    TILE_OR(tb, LV_TILE_GROUPS(tb, 0, H, 4), LV_T4(p, 144 * b, H));
     lvf dw = LV_HALF(H[0], 0), mw = LV_HALF(H[0], 1);
     lvi u0 = H[1], u1 = H[2], u2 = H[3];
     const lvi m6 = LV_SET1(0x3F3F3F3F), m4 = LV_SET1(0x0F0F0F0F), top = LV_SET1(0x30303030), byte = LV_SET1(0xFF);
@@ -38,7 +45,7 @@ static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const
     const lvi low = LV_SET1_8(0x0F);
     for (int g = 0; g < 4; g++) {  /* 32 bytes: sub-block 2g in the low nibbles, 2g + 1 in the high ones */
         lvi T[8], lo[8], hi[8];
-        LV_T8(p, 144 * b + 16 + 32 * g, T);
+        TILE_OR(tb, LV_TILE_GROUPS(tb, 4 + 8 * g, T, 8), LV_T8(p, 144 * b + 16 + 32 * g, T));
         for (int k = 0; k < 8; k++) {
             lo[k] = LV_AND(T[k], low);
             hi[k] = LV_AND(LV_SRLI(T[k], 4), low);
@@ -62,15 +69,15 @@ static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const
 /* Q6_K superblock b for every row of x: out[m * stride]. Per half, ql's two 32-byte runs and qh's are transposed and
  * the 4 kinds of codes (q6_k_codes' order) built from them; each sub-block of 16 times its int8 scale, the codes'
  * offset 32 through x's sums per 16 and the scales in int16 pairs. */
-static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[LN],
+static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const p[LN], const uint8_t *tb,
                                                            int64_t b, int64_t K, int64_t M, const XQ *xq, lvf *out,
                                                            int stride) {
     lvi D[4];  /* bytes 194..209, d the last two (16 bytes from 208 would read past the row) */
-    LV_T4(p, 210 * b + 194, D);
-    lvf dw = LV_HALF(D[3], 1);
+    lvf dw;
     lvi SC[16], SC16[16], SCP[8], isum[MAX_M];
     lvi G[4];  /* bytes 192..207: the 16 int8 scales */
-    LV_T4(p, 210 * b + 192, G);
+    TILE_OR(tb, (dw = LV_TILE_HALF(tb), LV_TILE_GROUPS(tb + 32, 48, G, 4)),
+            (LV_T4(p, 210 * b + 194, D), dw = LV_HALF(D[3], 1), LV_T4(p, 210 * b + 192, G)));
     for (int q = 0; q < 4; q++) {  /* sign-extended per lane */
         lvi g = G[q];
         for (int j = 0; j < 4; j++) {
@@ -83,9 +90,10 @@ static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const
     const lvi low = LV_SET1_8(0x0F), bits45 = LV_SET1_8(0x30);
     for (int h = 0; h < 2; h++) {
         lvi TA[8], TB[8], TH[8];
-        LV_T8(p, 210 * b + 64 * h, TA);
-        LV_T8(p, 210 * b + 64 * h + 32, TB);
-        LV_T8(p, 210 * b + 128 + 32 * h, TH);
+        TILE_OR(tb, (LV_TILE_GROUPS(tb + 32, 16 * h, TA, 8), LV_TILE_GROUPS(tb + 32, 16 * h + 8, TB, 8),
+                     LV_TILE_GROUPS(tb + 32, 32 + 8 * h, TH, 8)),
+                (LV_T8(p, 210 * b + 64 * h, TA), LV_T8(p, 210 * b + 64 * h + 32, TB),
+                 LV_T8(p, 210 * b + 128 + 32 * h, TH)));
         for (int c = 0; c < 4; c++) {  /* elements 128h + 32c + l: sub-blocks 8h + 2c (l < 16) and 8h + 2c + 1 */
             lvi C[8];
             for (int k = 0; k < 8; k++) {
@@ -116,9 +124,9 @@ static inline __attribute__((always_inline)) void lanes_block(int t, const uint8
                                                              int64_t K, int64_t M, const XQ *xq, lvf *out,
                                                              int stride) {
     if (t == Q4_K)
-        lanes_q4k(p, b, K, M, xq, out, stride);
+        lanes_q4k(p, NULL, b, K, M, xq, out, stride);
     else if (t == Q6_K)
-        lanes_q6k(p, b, K, M, xq, out, stride);
+        lanes_q6k(p, NULL, b, K, M, xq, out, stride);
     else
         lanes_legacy(t, p, b, K, M, xq, out, stride);
 }

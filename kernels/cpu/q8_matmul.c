@@ -23,8 +23,9 @@
  * - Several rows (a DFlash verify block, a prefill chunk of up to 64 tokens) of the vectorized types run weight rows
  *   as lanes (q8_lanes.h): 16 weight rows' blocks (8 on AVX2 / AVX-VNNI) transposed in registers so that one vector
  *   holds a 4-code group of every row, x's 4 bytes broadcast, one float tail per row of x for the whole tile.
- * - Q5_0 on the AVX-512 levels is tiled at load (Q5_0_T16, q8_tiles.h): 16 rows' blocks interleaved so that each
- *   part loads as one vector; every M runs weight rows as lanes over the tiles, the step and a verify block alike.
+ * - Q5_0, Q4_K and Q6_K on the AVX-512 levels are tiled at load (type TILED + t, q8_tiles.h): 16 rows' blocks
+ *   interleaved so that each part loads as one vector; every M runs weight rows as lanes over the tiles, the step and
+ *   a verify block alike.
  * - The other types (Q4_1, Q5_1, Q5_K) at several rows run rows-as-lanes (q8_rows.h): each weight row unpacked once,
  *   x laid out [K/4][rows] in 4-byte groups so one broadcast group of codes meets 8 rows, each row's block sum in its
  *   own lane (with AVX-512 a zmm carries two weight rows interleaved per 4-byte group). */
@@ -45,7 +46,7 @@
 /* 1 where this level has a vectorized kernel for the type (the others run, correctly, at scalar speed) */
 int CAT(bolt_q8_fast, LEVEL)(int t) {
 #ifdef PAIR
-    return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K || t == Q5_0_T16;
+    return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K || tiled(t);
 #elif defined(SIMD)
     return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K;
 #else
@@ -55,21 +56,21 @@ int CAT(bolt_q8_fast, LEVEL)(int t) {
 }
 
 static int supported(int t, int64_t K) {
+#ifdef PAIR
+    if (tiled(t)) t -= TILED;  /* tiles are read on the AVX-512 levels only */
+#endif
     switch (t) {
     case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: return K % 32 == 0;
     case Q4_K: case Q5_K: case Q6_K: return K % 256 == 0;
-#ifdef PAIR
-    case Q5_0_T16: return K % 32 == 0;  /* tiles are read on the AVX-512 levels only */
-#endif
     default: return 0;
     }
 }
 
-static int64_t row_bytes(int t, int64_t K) {
-    switch (t) {
+static int64_t row_bytes(int t, int64_t K) {  /* a tiled type: a tile's bytes per row */
+    switch (tiled(t) ? t - TILED : t) {
     case Q4_0: return K / 32 * 18;
     case Q4_1: return K / 32 * 20;
-    case Q5_0: case Q5_0_T16: return K / 32 * 22;  /* a tile: 16 rows' bytes */
+    case Q5_0: return K / 32 * 22;
     case Q5_1: return K / 32 * 24;
     case Q8_0: return K / 32 * 34;
     case Q4_K: return K / 256 * 144;
@@ -86,7 +87,7 @@ static int64_t row_bytes(int t, int64_t K) {
 #define LANES_TILE 8
 #endif
 static int lanes_path(int t, int64_t M) {
-    if (t == Q5_0_T16) return 1;  /* every M (q8_tiles.h) */
+    if (tiled(t)) return 1;  /* every M (q8_tiles.h) */
 #ifdef LN
     return M > 1 && M <= MAX_M && lanes_type(t);
 #else
@@ -103,9 +104,9 @@ static int lanes_path(int t, int64_t M) {
 static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, Row *r,
                         float *y, int64_t ystride) {
 #ifdef PAIR
-    if (t == Q5_0_T16) {
+    if (tiled(t)) {
         (void)rb, (void)r;
-        tiled_rows(w, R, K, M, xq, y, ystride);
+        tiled_rows(t - TILED, w, R, K, M, xq, y, ystride);
         return;
     }
 #endif
@@ -243,7 +244,7 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
                 int64_t rb = row_bytes(t, K);
                 const XQ *xq = is_k(t) ? &xk : &x32;
                 /* weight rows a weight_rows call takes */
-                int64_t tile = t == Q5_0_T16 ? T16_ROWS : lanes_path(t, M) ? LANES_TILE : 8;
+                int64_t tile = tiled(t) ? T16_ROWS : lanes_path(t, M) ? LANES_TILE : 8;
                 #pragma omp for schedule(static) nowait
                 for (int64_t n = 0; n < N[p]; n += tile)
                     weight_rows(t, w[p] + n * rb, rb, (int)(N[p] - n < tile ? N[p] - n : tile), K, M, xq, r,

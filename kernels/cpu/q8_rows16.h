@@ -82,6 +82,15 @@ static inline __attribute__((always_inline)) void q5_fifth(__m512i W[8], __m512i
         W[k] = _mm512_or_si512(W[k], _mm512_permutexvar_epi32(_mm512_srli_epi32(h, 4 * k), lut));
 }
 
+/* a tile's block tb (gguf_blocks.h): dword groups g0..g0+n-1 (lane = row) -> T; its rows' fp16 d -> floats */
+static inline void tile_groups(const uint8_t *tb, int g0, __m512i *T, int n) {
+    for (int k = 0; k < n; k++) T[k] = _mm512_loadu_si512(tb + 64 * (g0 + k));
+}
+
+static inline __m512 tile_half(const uint8_t *tb) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tb));
+}
+
 /* block b of the 16 rows (p: their first bytes) -> W[k]: the unsigned codes 4k..4k+3 of
  * every row (lane = row), dw: the rows' scales */
 static inline __attribute__((always_inline)) void w16_block(int t, const uint8_t *const p[16], int64_t b,
@@ -178,6 +187,8 @@ typedef __m512i lvi;
 #define LV_HALF half16
 #define LV_T8 t16_8
 #define LV_T4 t16_4
+#define LV_TILE_GROUPS tile_groups  /* q8_tiles.h: this width reads tiles */
+#define LV_TILE_HALF tile_half
 #define LV_MADD _mm512_dpwssd_epi32
 #define LV_PAIR(s) (s)  /* VNNI: sub-block sums times the int32 scale (vpmulld) */
 #define LV_SUB_DOT(c, x, n4, run, sc, sc16) sub16(c, x, n4, sc, sc16)

@@ -363,10 +363,11 @@ class QuantLinear(nn.Module):
                              "kernel (kernels/cpu/native.py)")
         tiled = native.tiled_type(self.ggml_type)
         if tiled is not None:
-            # [ceil(N / 16) * 16, row_bytes]: Q5_0 in tiles of 16 rows, the layout the AVX-512 levels multiply
-            # fastest at every row count (q8_tiles.h); a copy, which the prefill's dequantization reads too
+            # [ceil(N / 16) * 16, row_bytes]: tiles of 16 rows, the layout the AVX-512 levels multiply Q5_0, Q4_K
+            # and Q6_K fastest in at every row count (q8_tiles.h); a copy, which the prefill's dequantization reads
             self.blocks_type = tiled
-            self.register_buffer("blocks", native.tile16(blocks.reshape(-1), self.out_features, self.in_features))
+            self.register_buffer("blocks", native.tile16(blocks.reshape(-1), self.ggml_type, self.out_features,
+                                                         self.in_features))
             return
         # [N, row_bytes]: the GGUF mmap view itself, like _raw (the file stays open while the model lives): the
         # bytes are the page cache's, shared with the prefill path's dequantization, not a second copy
@@ -523,7 +524,7 @@ class QuantLinear(nn.Module):
         out = _workspace(self.out_features * self.in_features, dtype).view(self.shape)
         r0 = 0
         for raw, t, (rows, cols) in parts:
-            if t == native.Q5_0_T16 or (native.available() and t in native.TYPES):
+            if t >= native.TILED or (native.available() and t in native.TYPES):
                 native.dequantize_rows(raw.contiguous(), t, rows, cols, dtype, out=out[r0 : r0 + rows])
             else:
                 out[r0 : r0 + rows] = dequantize(raw, t, (rows, cols))
@@ -541,7 +542,7 @@ class QuantLinear(nn.Module):
         """The exact GGUF weight as fp32 [out, in] (from the GGUF bytes, whatever the scheme)."""
         parts = getattr(self, "_parts", None)
         if parts is not None:
-            return torch.cat([dequantize(raw, t, shape) if t != native.Q5_0_T16 else
+            return torch.cat([dequantize(raw, t, shape) if t < native.TILED else
                               native.dequantize_rows(raw, t, *shape) for raw, t, shape in parts])
         return dequantize(self._raw, self.ggml_type, self.shape)
 
