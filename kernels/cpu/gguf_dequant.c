@@ -120,13 +120,20 @@ static int block_shape(int type, int *elems, int *bytes) {
     }
 }
 
-/* where byte j of row l's block lies in its tile's block (gguf_blocks.h) */
-static int tile_offset(int base, int l, int j) {
-    int h = tile_half_at(base);
-    if (h < 0) return 64 * (j / 4) + 4 * l + j % 4;
-    if (j == h || j == h + 1) return 2 * l + j - h;
-    int o = j > h ? j - 2 : j;  /* among the other bytes */
-    return 32 + 64 * (o / 4) + 4 * l + o % 4;
+/* row l's block (GGUF bytes at g) to or from its place in a tile's block t (gguf_blocks.h): the fp16 d field, then
+ * the other bytes in dword groups */
+static void tile_block(int base, int bytes, int l, uint8_t *t, uint8_t *g, int to_tile) {
+    int h = tile_half_at(base), at = h >= 0 ? 32 : 0;
+    if (h >= 0) {
+        if (to_tile) memcpy(t + 2 * l, g + h, 2); else memcpy(g + h, t + 2 * l, 2);
+    }
+    for (int o = 0, k = 0; o < bytes; k++) {
+        if (o == h) o += 2;
+        if (o >= bytes) break;
+        uint8_t *q = t + at + 64 * k + 4 * l;
+        if (to_tile) memcpy(q, g + o, 4); else memcpy(g + o, q, 4);
+        o += 4;
+    }
 }
 
 static int tileable(int base) { return base == Q5_0 || base == Q4_K || base == Q6_K; }
@@ -139,16 +146,10 @@ int bolt_tile16(int base, const uint8_t *src, int64_t n_rows, int64_t n_cols, ui
     if (!tileable(base) || block_shape(base, &elems, &bytes) || n_cols % elems) return -1;
     int64_t nb = n_cols / elems, tiles = (n_rows + T16_ROWS - 1) / T16_ROWS, tb = (int64_t)T16_ROWS * bytes;
     memset(dst, 0, (size_t)(tiles * nb * tb));
-    for (int64_t r = 0; r < n_rows; r++) {
-        int l = (int)(r % T16_ROWS);
-        int off[256];
-        for (int j = 0; j < bytes; j++) off[j] = tile_offset(base, l, j);
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *in = src + (r * nb + b) * bytes;
-            uint8_t *t = dst + (r / T16_ROWS) * nb * tb + b * tb;
-            for (int j = 0; j < bytes; j++) t[off[j]] = in[j];
-        }
-    }
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t b = 0; b < nb; b++)
+            tile_block(base, bytes, (int)(r % T16_ROWS), dst + (r / T16_ROWS) * nb * tb + b * tb,
+                       (uint8_t *)src + (r * nb + b) * bytes, 1);
     return 0;
 }
 
@@ -162,15 +163,12 @@ int bolt_dequant_rows(int type, const uint8_t *src, int64_t row0, int64_t row1, 
     int64_t per_row = n_cols / elems;
     float y[256];
     uint8_t g[256];
-    int off[256];
     for (int64_t r = row0; r < row1; r++) {
         const uint8_t *b = src + r * per_row * bytes;
-        if (type >= TILED)
-            for (int j = 0; j < bytes; j++) off[j] = tile_offset(base, (int)(r % T16_ROWS), j);
         for (int64_t k = 0; k < per_row; k++, b += bytes) {
             if (type >= TILED) {  /* the block's bytes gathered from its tile */
-                const uint8_t *t = src + ((r / T16_ROWS) * per_row + k) * T16_ROWS * bytes;
-                for (int j = 0; j < bytes; j++) g[j] = t[off[j]];
+                uint8_t *t = (uint8_t *)src + ((r / T16_ROWS) * per_row + k) * T16_ROWS * bytes;
+                tile_block(base, bytes, (int)(r % T16_ROWS), t, g, 0);
                 block(base, g, y);
             } else {
                 block(type, b, y);
