@@ -7,10 +7,11 @@ The kernel's instruction-set level is printed (BOLT_CPU_LEVEL lowers it), and be
 the same model and threads: an 8-token batch against one decoded token, 8 * tg / pp8 from `llama-bench -p 8 -n 32`
 (the same statistic: the cost of a pass of 8 rows over the cost of a step).
 
-Every matrix of the model whose type has a vectorized kernel goes through `gguf_matmul` once per pass, as a decode
-step meets them (the model is larger than the L3 cache, so the bytes come from memory), at 1 row and at --rows
-rows; a type's time is the best of --repeats passes. Then the engine: a whole decode step (1 row) against a verify
-pass (--rows rows, every row's logits) from the same cache position, medians. Copy bandwidth: the best of several
+Every matrix of the model whose type has a vectorized kernel goes through `gguf_matmul` once per pass, in the form the
+engine holds it (Q5_0, Q4_K and Q6_K tiled on the AVX-512 levels), as a decode step meets them (the model is larger
+than the L3 cache, so the bytes come from memory), at 1 row and at --rows rows; a type's time is the best of --repeats
+passes. Then the engine: a whole decode step (1 row) against a verify pass (--rows rows, every row's logits) from the
+same cache position, medians. Copy bandwidth: the best of several
 `Tensor.copy_` of 512 MiB with the same threads (bytes read + written). The head is its own line (`output.weight`,
 or the tied embedding).
 """
@@ -53,7 +54,11 @@ def matrices(gf: GGUFFile) -> list[tuple[str, int, tuple[int, int], torch.Tensor
         if name == "token_embd.weight" and not tied:
             continue  # an embedding table is read a row at a time, not multiplied
         group = "head" if name in ("output.weight", "token_embd.weight") else type_name(info.ggml_type)
-        out.append((group, info.ggml_type, shape, as_uint8(gf.raw(name))))
+        raw, t = as_uint8(gf.raw(name)), info.ggml_type
+        tiled = native.tiled_type(t) if group != "head" else None
+        if tiled is not None:  # as the engine holds them (QuantLinear's blocks form: tiles on the AVX-512 levels)
+            raw, t = native.tile16(raw.reshape(-1), t, *shape), tiled
+        out.append((group, t, shape, raw))
     return out
 
 
