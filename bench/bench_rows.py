@@ -8,7 +8,7 @@ the same model and threads: an 8-token batch against one decoded token, 8 * tg /
 (the same statistic: the cost of a pass of 8 rows over the cost of a step).
 
 Every matrix of the model whose type has a vectorized kernel goes through `gguf_matmul` once per pass, in the form the
-engine holds it (Q5_0, Q4_K and Q6_K tiled on the AVX-512 levels), as a decode step meets them (the model is larger
+engine holds it (Q5_0, Q4_K and Q6_K tiled on the vectorized levels), as a decode step meets them (the model is larger
 than the L3 cache, so the bytes come from memory), at 1 row and at --rows rows; a type's time is the best of --repeats
 passes. Then the engine: a whole decode step (1 row) against a verify pass (--rows rows, every row's logits) from the
 same cache position, medians. Copy bandwidth: the best of several
@@ -57,7 +57,7 @@ def matrices(gf: GGUFFile) -> list[tuple[str, int, tuple[int, int], torch.Tensor
         raw, t = as_uint8(gf.raw(name)), info.ggml_type
         tiled = native.tiled_type(t) if group != "head" else None
         if tiled is not None:  # as the engine holds them (QuantLinear's blocks form: tiles on the AVX-512 levels)
-            raw, t = native.tile16(raw.reshape(-1), t, *shape), tiled
+            raw, t = native.tile(raw.reshape(-1), tiled, *shape), tiled
         out.append((group, t, shape, raw))
     return out
 

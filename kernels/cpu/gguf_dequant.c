@@ -122,15 +122,15 @@ static int block_shape(int type, int *elems, int *bytes) {
 
 /* row l's block (GGUF bytes at g) to or from its place in a tile's block t (gguf_blocks.h): the fp16 d field, then
  * the other bytes in dword groups */
-static void tile_block(int base, int bytes, int l, uint8_t *t, uint8_t *g, int to_tile) {
-    int h = tile_half_at(base), at = h >= 0 ? 32 : 0;
+static void tile_block(int base, int bytes, int R, int l, uint8_t *t, uint8_t *g, int to_tile) {
+    int h = tile_half_at(base), at = h >= 0 ? 2 * R : 0;
     if (h >= 0) {
         if (to_tile) memcpy(t + 2 * l, g + h, 2); else memcpy(g + h, t + 2 * l, 2);
     }
     for (int o = 0, k = 0; o < bytes; k++) {
         if (o == h) o += 2;
         if (o >= bytes) break;
-        uint8_t *q = t + at + 64 * k + 4 * l;
+        uint8_t *q = t + at + 4 * R * k + 4 * l;
         if (to_tile) memcpy(q, g + o, 4); else memcpy(g + o, q, 4);
         o += 4;
     }
@@ -138,17 +138,17 @@ static void tile_block(int base, int bytes, int l, uint8_t *t, uint8_t *g, int t
 
 static int tileable(int base) { return base == Q5_0 || base == Q4_K || base == Q6_K; }
 
-/* [n_rows, n_cols] GGUF rows of `base` (Q5_0, Q4_K, Q6_K) -> tiles of 16 rows (TILED + base) at dst, n_rows rounded
- * up to 16 (the padding rows zero: d = 0, so their lanes are 0). Returns 0, or -1 for another type or a row that
- * isn't whole blocks. */
-int bolt_tile16(int base, const uint8_t *src, int64_t n_rows, int64_t n_cols, uint8_t *dst) {
-    int elems, bytes;
-    if (!tileable(base) || block_shape(base, &elems, &bytes) || n_cols % elems) return -1;
-    int64_t nb = n_cols / elems, tiles = (n_rows + T16_ROWS - 1) / T16_ROWS, tb = (int64_t)T16_ROWS * bytes;
+/* [n_rows, n_cols] GGUF rows of type & 255 (Q5_0, Q4_K, Q6_K) -> the tiles of `type` (TILED or TILED8 + it) at dst,
+ * n_rows rounded up to the tile's rows (the padding rows zero: d = 0, so their lanes are 0). Returns 0, or -1 for
+ * another type or a row that isn't whole blocks. */
+int bolt_tile(int type, const uint8_t *src, int64_t n_rows, int64_t n_cols, uint8_t *dst) {
+    int elems, bytes, base = type & 255, R = tile_rows(type);
+    if (type < TILED || !tileable(base) || block_shape(base, &elems, &bytes) || n_cols % elems) return -1;
+    int64_t nb = n_cols / elems, tiles = (n_rows + R - 1) / R, tb = (int64_t)R * bytes;
     memset(dst, 0, (size_t)(tiles * nb * tb));
     for (int64_t r = 0; r < n_rows; r++)
         for (int64_t b = 0; b < nb; b++)
-            tile_block(base, bytes, (int)(r % T16_ROWS), dst + (r / T16_ROWS) * nb * tb + b * tb,
+            tile_block(base, bytes, R, (int)(r % R), dst + (r / R) * nb * tb + b * tb,
                        (uint8_t *)src + (r * nb + b) * bytes, 1);
     return 0;
 }
@@ -158,7 +158,7 @@ int bolt_tile16(int base, const uint8_t *src, int64_t n_rows, int64_t n_cols, ui
  * row length that isn't whole blocks (the caller has already validated both; this is a second guard). */
 int bolt_dequant_rows(int type, const uint8_t *src, int64_t row0, int64_t row1, int64_t n_cols, void *dst,
                       int out_bf16) {
-    int elems, bytes, base = type >= TILED ? type - TILED : type;
+    int elems, bytes, base = type & 255, R = tile_rows(type);
     if ((type >= TILED && !tileable(base)) || block_shape(base, &elems, &bytes) || n_cols % elems) return -1;
     int64_t per_row = n_cols / elems;
     float y[256];
@@ -167,8 +167,8 @@ int bolt_dequant_rows(int type, const uint8_t *src, int64_t row0, int64_t row1, 
         const uint8_t *b = src + r * per_row * bytes;
         for (int64_t k = 0; k < per_row; k++, b += bytes) {
             if (type >= TILED) {  /* the block's bytes gathered from its tile */
-                uint8_t *t = (uint8_t *)src + ((r / T16_ROWS) * per_row + k) * T16_ROWS * bytes;
-                tile_block(base, bytes, (int)(r % T16_ROWS), t, g, 0);
+                uint8_t *t = (uint8_t *)src + ((r / R) * per_row + k) * R * bytes;
+                tile_block(base, bytes, R, (int)(r % R), t, g, 0);
                 block(base, g, y);
             } else {
                 block(type, b, y);

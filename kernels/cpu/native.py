@@ -52,9 +52,10 @@ LEVELS: tuple[tuple[str, list[str], frozenset[str]], ...] = (
      frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512vbmi"})),
 )
 TYPES = (2, 3, 6, 7, 8, 12, 13, 14)  # Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
-# Q5_0, Q4_K and Q6_K tiled at load, 16 rows a tile (gguf_blocks.h, q8_tiles.h): type TILED + the GGUF type, not a
-# GGUF type but the layout the AVX-512 levels' products read fastest; dequantize_rows reads it too
-TILED = 256
+# Q5_0, Q4_K and Q6_K tiled at load (gguf_blocks.h, q8_tiles.h): TILED + the GGUF type (16 rows a tile, the
+# AVX-512 levels') or TILED8 + it (8 rows, AVX2's and AVX-VNNI's): not GGUF types but the layouts those levels'
+# products read fastest; dequantize_rows reads them too
+TILED, TILED8 = 256, 512
 TILEABLE = (6, 12, 14)  # Q5_0 Q4_K Q6_K
 
 _lock = threading.Lock()
@@ -154,8 +155,8 @@ def _build() -> ctypes.CDLL | None:
     p, i64, i = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     so.bolt_dequant_rows.argtypes = [i, p, i64, i64, i64, p, i]
     so.bolt_dequant_rows.restype = i
-    so.bolt_tile16.argtypes = [i, p, i64, i64, p]
-    so.bolt_tile16.restype = i
+    so.bolt_tile.argtypes = [i, p, i64, i64, p]
+    so.bolt_tile.restype = i
     _levels = {}
     for name in built:
         parts, fast = getattr(so, f"bolt_q8_parts_{name}"), getattr(so, f"bolt_q8_fast_{name}")
@@ -303,34 +304,36 @@ def gguf_matmul_fast(ggml_type: int, level_name: str | None = None) -> bool:
 
 
 def _known(t: int) -> bool:
-    return t in TYPES or t - TILED in TILEABLE
+    return t in TYPES or (t - TILED in TILEABLE) or (t - TILED8 in TILEABLE)
 
 
 _BLOCK = {6: (32, 22), 12: (256, 144), 14: (256, 210)}  # the tileable types' (weights, bytes) a block
 
 
-def tiled_type(ggml_type: int) -> int | None:
-    """The tiled layout this machine's level multiplies `ggml_type` fastest in (TILED + Q5_0 / Q4_K / Q6_K on the
-    AVX-512 levels), or None where the GGUF rows are the fastest."""
-    t = TILED + ggml_type
-    return t if ggml_type in TILEABLE and gguf_matmul_fast(t) else None
-
-
-def tile16(blocks: torch.Tensor, ggml_type: int, n_rows: int, n_cols: int) -> torch.Tensor:
-    """GGUF rows of Q5_0, Q4_K or Q6_K (uint8, contiguous, n_rows whole rows) -> their tiles (type TILED +
-    ggml_type), uint8 [ceil(n_rows / 16) * 16, row_bytes] (padding rows zero). A copy: the tiles live in the process's
-    memory, not in the file's pages."""
-    lib = library()
+def tiled_type(ggml_type: int, level_name: str | None = None) -> int | None:
+    """The tiled layout this machine's level (or `level_name`) multiplies `ggml_type` in fastest (Q5_0 / Q4_K / Q6_K:
+    tiles of 16 rows with AVX-512, of 8 on AVX2 and AVX-VNNI), or None where the GGUF rows are the fastest."""
     if ggml_type not in TILEABLE:
-        raise ValueError(f"tile16 tiles Q5_0, Q4_K and Q6_K, not ggml type {ggml_type}")
-    elems, nbytes = _BLOCK[ggml_type]
+        return None
+    return next((t for t in (TILED + ggml_type, TILED8 + ggml_type) if gguf_matmul_fast(t, level_name)), None)
+
+
+def tile(blocks: torch.Tensor, tiled: int, n_rows: int, n_cols: int) -> torch.Tensor:
+    """GGUF rows of Q5_0, Q4_K or Q6_K (uint8, contiguous, n_rows whole rows) -> their tiles of type `tiled` (TILED
+    or TILED8 + the type), uint8 [n_rows rounded up to the tile's rows, row_bytes] (padding rows zero). A copy: the
+    tiles live in the process's memory, not in the file's pages."""
+    lib = library()
+    base, rows = tiled % 256, 16 if tiled < TILED8 else 8
+    if base not in TILEABLE or not (TILED <= tiled < TILED8 + 256):
+        raise ValueError(f"tile makes tiles of Q5_0, Q4_K and Q6_K, not type {tiled}")
+    elems, nbytes = _BLOCK[base]
     row_bytes = n_cols // elems * nbytes
     if lib is None or blocks.dtype != torch.uint8 or n_cols % elems or blocks.numel() != n_rows * row_bytes:
-        raise ValueError(f"tile16 takes {n_rows} whole rows of {n_cols} columns as uint8")
+        raise ValueError(f"tile takes {n_rows} whole rows of {n_cols} columns as uint8")
     src = blocks.contiguous()
-    out = torch.empty((n_rows + 15) // 16 * 16, row_bytes, dtype=torch.uint8)
-    if lib.bolt_tile16(ggml_type, src.data_ptr(), n_rows, n_cols, out.data_ptr()):
-        raise ValueError(f"tile16 refused {n_cols} columns")
+    out = torch.empty((n_rows + rows - 1) // rows * rows, row_bytes, dtype=torch.uint8)
+    if lib.bolt_tile(tiled, src.data_ptr(), n_rows, n_cols, out.data_ptr()):
+        raise ValueError(f"tile refused {n_cols} columns")
     return out
 
 

@@ -48,9 +48,20 @@
 #define NIBG 2
 #endif
 
-/* a tiled type (gguf_blocks.h: TILED + Q5_0, Q4_K or Q6_K); the predicates below take its GGUF type */
-static int tiled(int t) { return t == TILED + Q5_0 || t == TILED + Q4_K || t == TILED + Q6_K; }
-static int is_k(int t) { return t == Q4_K || t == Q5_K || t == Q6_K || t == TILED + Q4_K || t == TILED + Q6_K; }
+/* the tiles this level reads (gguf_blocks.h): 16 rows with AVX-512 (a zmm's lanes), 8 on AVX2 / AVX-VNNI */
+#ifdef PAIR
+#define TILE_AT TILED
+#elif defined(SIMD)
+#define TILE_AT TILED8
+#else
+#define TILE_AT (-1000)  /* none */
+#endif
+/* a tiled type of this level (TILE_AT + Q5_0, Q4_K or Q6_K); is_k takes its GGUF type */
+static int tiled(int t) { return t == TILE_AT + Q5_0 || t == TILE_AT + Q4_K || t == TILE_AT + Q6_K; }
+static int is_k(int t) {
+    t &= 255;
+    return t == Q4_K || t == Q5_K || t == Q6_K;
+}
 static int has_min(int t) { return t == Q4_1 || t == Q5_1 || t == Q4_K || t == Q5_K; }
 static int sub_len(int t) { return t == Q6_K ? 16 : 32; }  /* K-quants: weights per integer sub-block scale */
 static int block_len(int t) { return is_k(t) ? 256 : 32; }

@@ -76,7 +76,7 @@ static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const
     lvf dw;
     lvi SC[16], SC16[16], SCP[8], isum[MAX_M];
     lvi G[4];  /* bytes 192..207: the 16 int8 scales */
-    TILE_OR(tb, (dw = LV_TILE_HALF(tb), LV_TILE_GROUPS(tb + 32, 48, G, 4)),
+    TILE_OR(tb, (dw = LV_TILE_HALF(tb), LV_TILE_GROUPS(tb + 2 * LN, 48, G, 4)),
             (LV_T4(p, 210 * b + 194, D), dw = LV_HALF(D[3], 1), LV_T4(p, 210 * b + 192, G)));
     for (int q = 0; q < 4; q++) {  /* sign-extended per lane */
         lvi g = G[q];
@@ -90,8 +90,8 @@ static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const
     const lvi low = LV_SET1_8(0x0F), bits45 = LV_SET1_8(0x30);
     for (int h = 0; h < 2; h++) {
         lvi TA[8], TB[8], TH[8];
-        TILE_OR(tb, (LV_TILE_GROUPS(tb + 32, 16 * h, TA, 8), LV_TILE_GROUPS(tb + 32, 16 * h + 8, TB, 8),
-                     LV_TILE_GROUPS(tb + 32, 32 + 8 * h, TH, 8)),
+        TILE_OR(tb, (LV_TILE_GROUPS(tb + 2 * LN, 16 * h, TA, 8), LV_TILE_GROUPS(tb + 2 * LN, 16 * h + 8, TB, 8),
+                     LV_TILE_GROUPS(tb + 2 * LN, 32 + 8 * h, TH, 8)),
                 (LV_T8(p, 210 * b + 64 * h, TA), LV_T8(p, 210 * b + 64 * h + 32, TB),
                  LV_T8(p, 210 * b + 128 + 32 * h, TH)));
         for (int c = 0; c < 4; c++) {  /* elements 128h + 32c + l: sub-blocks 8h + 2c (l < 16) and 8h + 2c + 1 */

@@ -23,9 +23,9 @@
  * - Several rows (a DFlash verify block, a prefill chunk of up to 64 tokens) of the vectorized types run weight rows
  *   as lanes (q8_lanes.h): 16 weight rows' blocks (8 on AVX2 / AVX-VNNI) transposed in registers so that one vector
  *   holds a 4-code group of every row, x's 4 bytes broadcast, one float tail per row of x for the whole tile.
- * - Q5_0, Q4_K and Q6_K on the AVX-512 levels are tiled at load (type TILED + t, q8_tiles.h): 16 rows' blocks
- *   interleaved so that each part loads as one vector; every M runs weight rows as lanes over the tiles, the step and
- *   a verify block alike.
+ * - Q5_0, Q4_K and Q6_K are tiled at load (q8_tiles.h: 16 rows' blocks interleaved with AVX-512, 8 on AVX2 and
+ *   AVX-VNNI) so that each part loads as one vector; every M runs weight rows as lanes over the tiles, the step and a
+ *   verify block alike.
  * - The other types (Q4_1, Q5_1, Q5_K) at several rows run rows-as-lanes (q8_rows.h): each weight row unpacked once,
  *   x laid out [K/4][rows] in 4-byte groups so one broadcast group of codes meets 8 rows, each row's block sum in its
  *   own lane (with AVX-512 a zmm carries two weight rows interleaved per 4-byte group). */
@@ -45,10 +45,8 @@
 
 /* 1 where this level has a vectorized kernel for the type (the others run, correctly, at scalar speed) */
 int CAT(bolt_q8_fast, LEVEL)(int t) {
-#ifdef PAIR
+#ifdef SIMD
     return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K || tiled(t);
-#elif defined(SIMD)
-    return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K;
 #else
     (void)t;
     return 0;
@@ -56,9 +54,7 @@ int CAT(bolt_q8_fast, LEVEL)(int t) {
 }
 
 static int supported(int t, int64_t K) {
-#ifdef PAIR
-    if (tiled(t)) t -= TILED;  /* tiles are read on the AVX-512 levels only */
-#endif
+    if (tiled(t)) t -= TILE_AT;  /* only this level's tiles */
     switch (t) {
     case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: return K % 32 == 0;
     case Q4_K: case Q5_K: case Q6_K: return K % 256 == 0;
@@ -67,7 +63,7 @@ static int supported(int t, int64_t K) {
 }
 
 static int64_t row_bytes(int t, int64_t K) {  /* a tiled type: a tile's bytes per row */
-    switch (tiled(t) ? t - TILED : t) {
+    switch (t & 255) {
     case Q4_0: return K / 32 * 18;
     case Q4_1: return K / 32 * 20;
     case Q5_0: return K / 32 * 22;
@@ -103,10 +99,10 @@ static int lanes_path(int t, int64_t M) {
  * (r[0]: a row; with PAIR r[0], r[1] a pair's staging; then the NU units from r[UBUF]) */
 static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, Row *r,
                         float *y, int64_t ystride) {
-#ifdef PAIR
+#ifdef LN
     if (tiled(t)) {
         (void)rb, (void)r;
-        tiled_rows(t - TILED, w, R, K, M, xq, y, ystride);
+        tiled_rows(t - TILE_AT, w, R, K, M, xq, y, ystride);
         return;
     }
 #endif
@@ -244,7 +240,7 @@ int CAT(bolt_q8_parts, LEVEL)(int n_parts, const int *types, const uint8_t *cons
                 int64_t rb = row_bytes(t, K);
                 const XQ *xq = is_k(t) ? &xk : &x32;
                 /* weight rows a weight_rows call takes */
-                int64_t tile = tiled(t) ? T16_ROWS : lanes_path(t, M) ? LANES_TILE : 8;
+                int64_t tile = lanes_path(t, M) ? LANES_TILE : 8;
                 #pragma omp for schedule(static) nowait
                 for (int64_t n = 0; n < N[p]; n += tile)
                     weight_rows(t, w[p] + n * rb, rb, (int)(N[p] - n < tile ? N[p] - n : tile), K, M, xq, r,

@@ -156,19 +156,36 @@ static inline __m256 tree8y(const __m256 p[8]) {
                          _mm256_add_ps(_mm256_add_ps(p[4], p[5]), _mm256_add_ps(p[6], p[7])));
 }
 
-/* block b of a 32-block type for every row of x: p[m] (lanes: the 8 weight rows) */
-static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[8], int64_t b, int64_t K,
-                                                           int64_t M, const XQ *xq, __m256 *out, int stride) {
+/* block b's codes W (8 weight rows as lanes) and scales dw of a 32-block type for every row of x: out[m * stride] */
+static inline __attribute__((always_inline)) void lanes_dots8(int t, const __m256i W[8], __m256 dw, int64_t b,
+                                                           int64_t K, int64_t M, const XQ *xq, __m256 *out,
+                                                           int stride) {
     const int off = t == Q4_0 ? 8 : t == Q5_0 ? 16 : SIGNED_Q8 ? 0 : 128;
-    __m256i W[8], A[8];
-    __m256 dw;
-    w8_block(t, p, b, W, &dw);
+    __m256i A[8];
     for (int k = 0; k < 8; k++) A[k] = t == Q8_0 ? _mm256_abs_epi8(W[k]) : W[k];
     for (int m = 0; m < M; m++) {
         __m256i isum = dot8(t, W, A, xq->q + m * K + 32 * b, _mm256_set1_epi32(-off * xq->s32[m * xq->n32p + b]));
         __m256 dx = _mm256_set1_ps(xq->d[m * xq->nbp + b]);
         out[m * stride] = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, dx));
     }
+}
+
+/* block b of a 32-block type for every row of x: p[m] (lanes: the 8 weight rows) */
+static inline __attribute__((always_inline)) void lanes_legacy(int t, const uint8_t *const p[8], int64_t b, int64_t K,
+                                                           int64_t M, const XQ *xq, __m256 *out, int stride) {
+    __m256i W[8];
+    __m256 dw;
+    w8_block(t, p, b, W, &dw);
+    lanes_dots8(t, W, dw, b, K, M, xq, out, stride);
+}
+
+/* a tile's block tb (gguf_blocks.h): dword groups g0..g0+n-1 (lane = row) -> T; its rows' fp16 d -> floats */
+static inline void tile_groups8(const uint8_t *tb, int g0, __m256i *T, int n) {
+    for (int k = 0; k < n; k++) T[k] = _mm256_loadu_si256((const __m256i *)(tb + 32 * (g0 + k)));
+}
+
+static inline __m256 tile_half8(const uint8_t *tb) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tb));
 }
 
 /* the vector width's part of q8_lanes.h: 8 lanes of a ymm */
@@ -196,6 +213,8 @@ typedef __m256i lvi;
 #define LV_HALF half8
 #define LV_T8 t8_8p
 #define LV_T4 t8_4
+#define LV_TILE_GROUPS tile_groups8  /* q8_tiles.h: this width reads tiles of 8 rows */
+#define LV_TILE_HALF tile_half8
 #define LV_MADD madd_acc
 #define LV_PAIR pair_of
 #define LV_SUB_DOT sub8

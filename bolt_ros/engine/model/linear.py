@@ -363,11 +363,12 @@ class QuantLinear(nn.Module):
                              "kernel (kernels/cpu/native.py)")
         tiled = native.tiled_type(self.ggml_type)
         if tiled is not None:
-            # [ceil(N / 16) * 16, row_bytes]: tiles of 16 rows, the layout the AVX-512 levels multiply Q5_0, Q4_K
-            # and Q6_K fastest in at every row count (q8_tiles.h); a copy, which the prefill's dequantization reads
+            # [N rounded up to 16 (AVX-512) or 8 rows, row_bytes]: tiles, the layout the vectorized levels multiply
+            # Q5_0, Q4_K and Q6_K fastest in at every row count (q8_tiles.h); a copy, which the prefill's
+            # dequantization reads too
             self.blocks_type = tiled
-            self.register_buffer("blocks", native.tile16(blocks.reshape(-1), self.ggml_type, self.out_features,
-                                                         self.in_features))
+            self.register_buffer("blocks", native.tile(blocks.reshape(-1), tiled, self.out_features,
+                                                       self.in_features))
             return
         # [N, row_bytes]: the GGUF mmap view itself, like _raw (the file stays open while the model lives): the
         # bytes are the page cache's, shared with the prefill path's dequantization, not a second copy
