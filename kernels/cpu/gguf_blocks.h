@@ -5,15 +5,15 @@
 #include <string.h>
 
 enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
-/* Q5_0, Q4_K and Q6_K tiled at load (gguf_dequant.c: bolt_tile; type TILED + the GGUF type for tiles of 16 rows,
- * the AVX-512 levels', TILED8 + it for 8, AVX2's and AVX-VNNI's): per block (superblock) the R rows' blocks
+/* Q4_0, Q5_0, Q4_K and Q6_K tiled at load (gguf_dequant.c: bolt_tile; type TILED + the GGUF type for tiles of 16
+ * rows, the AVX-512 levels', TILED8 + it for 8, AVX2's and AVX-VNNI's): per block (superblock) the R rows' blocks
  * interleaved, so that a weight-rows-as-lanes kernel loads each part of a block as one vector (q8_tiles.h) where the
  * GGUF rows need R loads and a transpose. A tile's block: the rows' fp16 d first where the block has one on its own
- * (Q5_0: bytes 0..1, Q6_K: 208..209), R x 2 bytes; then the other bytes in their order as dword groups, group g the R
+ * (Q4_0, Q5_0: bytes 0..1, Q6_K: 208..209), R x 2 bytes; then the other bytes in their order as dword groups, group g the R
  * rows' 4 bytes 4g..4g+3 (4R bytes). */
 enum { TILED = 256, TILED8 = 512 };
 static inline int tile_rows(int t) { return t >= TILED8 ? 8 : 16; }
-static inline int tile_half_at(int base) { return base == Q5_0 ? 0 : base == Q6_K ? 208 : -1; }
+static inline int tile_half_at(int base) { return base == Q4_0 || base == Q5_0 ? 0 : base == Q6_K ? 208 : -1; }
 
 /* fp16 at p (little-endian) -> fp32, exactly: subnormals, inf and NaN included */
 static inline float f16(const uint8_t *p) {

@@ -136,9 +136,9 @@ static void tile_block(int base, int bytes, int R, int l, uint8_t *t, uint8_t *g
     }
 }
 
-static int tileable(int base) { return base == Q5_0 || base == Q4_K || base == Q6_K; }
+static int tileable(int base) { return base == Q4_0 || base == Q5_0 || base == Q4_K || base == Q6_K; }
 
-/* [n_rows, n_cols] GGUF rows of type & 255 (Q5_0, Q4_K, Q6_K) -> the tiles of `type` (TILED or TILED8 + it) at dst,
+/* [n_rows, n_cols] GGUF rows of type & 255 (Q4_0, Q5_0, Q4_K, Q6_K) -> the tiles of `type` (TILED or TILED8 + it) at dst,
  * n_rows rounded up to the tile's rows (the padding rows zero: d = 0, so their lanes are 0). Returns 0, or -1 for
  * another type or a row that isn't whole blocks. */
 int bolt_tile(int type, const uint8_t *src, int64_t n_rows, int64_t n_cols, uint8_t *dst) {

@@ -52,11 +52,11 @@ LEVELS: tuple[tuple[str, list[str], frozenset[str]], ...] = (
      frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512vbmi"})),
 )
 TYPES = (2, 3, 6, 7, 8, 12, 13, 14)  # Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
-# Q5_0, Q4_K and Q6_K tiled at load (gguf_blocks.h, q8_tiles.h): TILED + the GGUF type (16 rows a tile, the
+# Q4_0, Q5_0, Q4_K and Q6_K tiled at load (gguf_blocks.h, q8_tiles.h): TILED + the GGUF type (16 rows a tile, the
 # AVX-512 levels') or TILED8 + it (8 rows, AVX2's and AVX-VNNI's): not GGUF types but the layouts those levels'
 # products read fastest; dequantize_rows reads them too
 TILED, TILED8 = 256, 512
-TILEABLE = (6, 12, 14)  # Q5_0 Q4_K Q6_K
+TILEABLE = (2, 6, 12, 14)  # Q4_0 Q5_0 Q4_K Q6_K
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -307,11 +307,11 @@ def _known(t: int) -> bool:
     return t in TYPES or (t - TILED in TILEABLE) or (t - TILED8 in TILEABLE)
 
 
-_BLOCK = {6: (32, 22), 12: (256, 144), 14: (256, 210)}  # the tileable types' (weights, bytes) a block
+_BLOCK = {2: (32, 18), 6: (32, 22), 12: (256, 144), 14: (256, 210)}  # the tileable types' (weights, bytes) a block
 
 
 def tiled_type(ggml_type: int, level_name: str | None = None) -> int | None:
-    """The tiled layout this machine's level (or `level_name`) multiplies `ggml_type` in fastest (Q5_0 / Q4_K / Q6_K:
+    """The tiled layout this machine's level (or `level_name`) multiplies `ggml_type` in fastest (Q4_0 .. Q6_K:
     tiles of 16 rows with AVX-512, of 8 on AVX2 and AVX-VNNI), or None where the GGUF rows are the fastest."""
     if ggml_type not in TILEABLE:
         return None
@@ -319,13 +319,13 @@ def tiled_type(ggml_type: int, level_name: str | None = None) -> int | None:
 
 
 def tile(blocks: torch.Tensor, tiled: int, n_rows: int, n_cols: int) -> torch.Tensor:
-    """GGUF rows of Q5_0, Q4_K or Q6_K (uint8, contiguous, n_rows whole rows) -> their tiles of type `tiled` (TILED
-    or TILED8 + the type), uint8 [n_rows rounded up to the tile's rows, row_bytes] (padding rows zero). A copy: the
-    tiles live in the process's memory, not in the file's pages."""
+    """GGUF rows of Q4_0, Q5_0, Q4_K or Q6_K (uint8, contiguous, n_rows whole rows) -> their tiles of type `tiled`
+    (TILED or TILED8 + the type), uint8 [n_rows rounded up to the tile's rows, row_bytes] (padding rows zero). A copy:
+    the tiles live in the process's memory, not in the file's pages."""
     lib = library()
     base, rows = tiled % 256, 16 if tiled < TILED8 else 8
     if base not in TILEABLE or not (TILED <= tiled < TILED8 + 256):
-        raise ValueError(f"tile makes tiles of Q5_0, Q4_K and Q6_K, not type {tiled}")
+        raise ValueError(f"tile makes tiles of Q4_0, Q5_0, Q4_K and Q6_K, not type {tiled}")
     elems, nbytes = _BLOCK[base]
     row_bytes = n_cols // elems * nbytes
     if lib is None or blocks.dtype != torch.uint8 or n_cols % elems or blocks.numel() != n_rows * row_bytes:

@@ -56,8 +56,10 @@
 #else
 #define TILE_AT (-1000)  /* none */
 #endif
-/* a tiled type of this level (TILE_AT + Q5_0, Q4_K or Q6_K); is_k takes its GGUF type */
-static int tiled(int t) { return t == TILE_AT + Q5_0 || t == TILE_AT + Q4_K || t == TILE_AT + Q6_K; }
+/* a tiled type of this level (TILE_AT + Q4_0, Q5_0, Q4_K or Q6_K); is_k takes its GGUF type */
+static int tiled(int t) {
+    return t == TILE_AT + Q4_0 || t == TILE_AT + Q5_0 || t == TILE_AT + Q4_K || t == TILE_AT + Q6_K;
+}
 static int is_k(int t) {
     t &= 255;
     return t == Q4_K || t == Q5_K || t == Q6_K;

@@ -23,7 +23,7 @@
  * - Several rows (a DFlash verify block, a prefill chunk of up to 64 tokens) of the vectorized types run weight rows
  *   as lanes (q8_lanes.h): 16 weight rows' blocks (8 on AVX2 / AVX-VNNI) transposed in registers so that one vector
  *   holds a 4-code group of every row, x's 4 bytes broadcast, one float tail per row of x for the whole tile.
- * - Q5_0, Q4_K and Q6_K are tiled at load (q8_tiles.h: 16 rows' blocks interleaved with AVX-512, 8 on AVX2 and
+ * - Q4_0, Q5_0, Q4_K and Q6_K are tiled at load (q8_tiles.h: 16 rows' blocks interleaved with AVX-512, 8 on AVX2 and
  *   AVX-VNNI) so that each part loads as one vector; every M runs weight rows as lanes over the tiles, the step and a
  *   verify block alike.
  * - The other types (Q4_1, Q5_1, Q5_K) at several rows run rows-as-lanes (q8_rows.h): each weight row unpacked once,

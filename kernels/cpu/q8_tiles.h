@@ -1,4 +1,4 @@
-/* q8_matmul: Q5_0, Q4_K and Q6_K tiled at load (gguf_blocks.h), LN weight rows as the lanes of a vector (16 in a zmm
+/* q8_matmul: Q4_0, Q5_0, Q4_K and Q6_K tiled at load (gguf_blocks.h), LN weight rows as the lanes of a vector (16 in a zmm
  * with AVX-512, 8 in a ymm on AVX2 and AVX-VNNI), for every M: a decode step and a verify block read the same tiles in
  * the same float order, so a verify row is its step bit for bit, and both are the GGUF rows' bits.
  * Part of q8_matmul.c's one translation unit per level, which includes the parts in order.
@@ -11,23 +11,25 @@
 #define BOLT_Q8_TILES_H
 
 #ifdef LN
-/* Q5_0 block tb of a tile for every row of x: out[m * stride]; its groups: qh, then qs 0..3 (byte j of qs holds code
- * j in its low nibble, code j + 16 in its high one) */
-static inline __attribute__((always_inline)) void tile_q5(const uint8_t *tb, int64_t b, int64_t K, int64_t M,
-                                                         const XQ *xq, lvf *out, int stride) {
+/* Q4_0 / Q5_0 block tb of a tile for every row of x: out[m * stride]; its groups: Q5_0's qh, then qs 0..3 (byte j of
+ * qs holds code j in its low nibble, code j + 16 in its high one) */
+static inline __attribute__((always_inline)) void tile_q45(int t, const uint8_t *tb, int64_t b, int64_t K, int64_t M,
+                                                          const XQ *xq, lvf *out, int stride) {
+    const int q5 = t == Q5_0;
     lvi G[5], W[8];
-    LV_TILE_GROUPS(tb + 2 * LN, 0, G, 5);
+    LV_TILE_GROUPS(tb + 2 * LN, 0, G, 4 + q5);
     const lvi low = LV_SET1_8(0x0F);
     for (int k = 0; k < 4; k++) {
-        W[k] = LV_AND(G[1 + k], low);
-        W[k + 4] = LV_AND(LV_SRLI(G[1 + k], 4), low);
+        W[k] = LV_AND(G[q5 + k], low);
+        W[k + 4] = LV_AND(LV_SRLI(G[q5 + k], 4), low);
     }
 #if LN == 16
-    q5_fifth(W, G[0]);
-    lanes_dots(16, W, LV_TILE_HALF(tb), b, K, M, xq, out, stride);
+    if (q5) q5_fifth(W, G[0]);
+    lanes_dots(q5 ? 16 : 8, W, LV_TILE_HALF(tb), b, K, M, xq, out, stride);
 #else
-    for (int k = 0; k < 8; k++) W[k] = LV_OR(W[k], fifth8(G[0], k));
-    lanes_dots8(Q5_0, W, LV_TILE_HALF(tb), b, K, M, xq, out, stride);
+    if (q5)
+        for (int k = 0; k < 8; k++) W[k] = LV_OR(W[k], fifth8(G[0], k));
+    lanes_dots8(t, W, LV_TILE_HALF(tb), b, K, M, xq, out, stride);
 #endif
 }
 
@@ -35,7 +37,7 @@ static inline __attribute__((always_inline)) void tile_q5(const uint8_t *tb, int
  * y[m * ystride + r]. The next tile is fetched a block's share per block, in address order (it is contiguous). */
 static inline __attribute__((always_inline)) void tiled_t(int t, const uint8_t *tile, int R, int64_t K, int64_t M,
                                                          const XQ *xq, float *y, int64_t ystride) {
-    const int64_t nb = K / block_len(t), tbytes = LN * (t == Q5_0 ? 22 : t == Q4_K ? 144 : 210);
+    const int64_t nb = K / block_len(t), tbytes = LN * (t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q4_K ? 144 : 210);
     const uint8_t *next = tile + nb * tbytes;
     lvf acc[MAX_M], P[MAX_M][8];
     for (int m = 0; m < M; m++) acc[m] = LVF_ZERO;
@@ -48,8 +50,8 @@ static inline __attribute__((always_inline)) void tiled_t(int t, const uint8_t *
             }
             for (int64_t o = 0; o < tbytes; o += 64) __builtin_prefetch(next + b * tbytes + o);
             const uint8_t *tb = tile + b * tbytes;
-            if (t == Q5_0)
-                tile_q5(tb, b, K, M, xq, &P[0][i], 8);
+            if (t == Q4_0 || t == Q5_0)
+                tile_q45(t, tb, b, K, M, xq, &P[0][i], 8);
             else if (t == Q4_K)
                 lanes_q4k(NULL, tb, b, K, M, xq, &P[0][i], 8);
             else
@@ -63,6 +65,7 @@ static inline __attribute__((always_inline)) void tiled_t(int t, const uint8_t *
 static void tiled_rows(int t, const uint8_t *tile, int R, int64_t K, int64_t M, const XQ *xq, float *y,
                        int64_t ystride) {
     switch (t) {  /* t a constant in each */
+    case Q4_0: tiled_t(Q4_0, tile, R, K, M, xq, y, ystride); break;
     case Q5_0: tiled_t(Q5_0, tile, R, K, M, xq, y, ystride); break;
     case Q4_K: tiled_t(Q4_K, tile, R, K, M, xq, y, ystride); break;
     default: tiled_t(Q6_K, tile, R, K, M, xq, y, ystride); break;

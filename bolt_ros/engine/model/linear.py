@@ -15,6 +15,9 @@ held in the form its matmul wants; split, each half would need the other's priva
   "blocks"  the GGUF blocks as they are (the mmap view: no copy), multiplied on the CPU by kernels/cpu/q8_matmul.c: x
             quantized to int8 per block as llama.cpp does (Q8_0 per 32, Q8_K per 256), int32 dots with the codes.
             Needs the C library and a vectorized kernel for the type (AVX2 + F16C + FMA: Q5_0, Q8_0, Q4_K, Q6_K).
+            Q5_0, Q4_K and Q6_K are held as tiles of 8 or 16 rows (kernels/cpu/q8_tiles.h), the same blocks reordered.
+  "q4_0"    an output head of more than 4.5 bits a weight requantized to Q4_0 tiles for the same kernel (lossy: it
+            only ranks candidates, which _refine_top recomputes exactly from the GGUF rows); half the bytes a step.
   "gguf"    the GGUF blocks as they are, multiplied by `bolt_ros.kernels.ops.qmatmul_gguf` (fused Triton kernel on
             CUDA, a dequantize + matmul reference elsewhere)
 The int kernels take bf16 activations (their fp32/fp16 paths are unvectorized and 10-100x slower on CPU), so the
@@ -53,8 +56,8 @@ from bolt_ros.engine.gguf.quants import type_name as _type_name
 from bolt_ros.kernels.cpu import native
 
 Policy = Literal["fast", "exact", "gguf"]
-Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "blocks", "gguf"]
-SCHEMES: tuple[str, ...] = ("f32", "bf16", "int4", "int4x2", "int8", "blocks", "gguf")
+Scheme = Literal["f32", "bf16", "int4", "int4x2", "int8", "blocks", "q4_0", "gguf"]
+SCHEMES: tuple[str, ...] = ("f32", "bf16", "int4", "int4x2", "int8", "blocks", "q4_0", "gguf")
 
 GROUP = 32  # int4 kernel group size = the legacy block size = the K-quant sub-block size
 # the output head's 4-bit copy only ranks candidates (_refine_top recomputes them exactly): coarser groups cost it
@@ -99,6 +102,8 @@ FAST_SCHEME: dict[int, str] = {
 # AMD EPYC Zen 3, 1 row 3.00 ms vs torch int4 4.84, 8 rows 10.96 vs 12.77 (on a Zen 4 int4 had led at 1 row, 0.15
 # vs 0.23 ms a matrix, before that change). The C kernel also gives each row of a verify block the 1-row bits.
 BLOCKS_TYPES = (GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K, GGMLType.Q4_K)
+# heads the "q4_0" scheme requantizes: the block types of more than 4.5 bits a weight the C dequantizer reads
+HEAD_REQUANT = (GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q5_K, GGMLType.Q6_K)
 # types the fused GGUF kernels read (= kernels.qmatmul.SUPPORTED_TYPES; not imported: CPU users never load Triton)
 GGUF_KERNEL_TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
                      GGMLType.Q5_K, GGMLType.Q6_K)
@@ -250,7 +255,12 @@ def pick_scheme(ggml_type: int, shape: tuple[int, int], policy: Policy, role: st
     # same busy minute: blocks 6.4 ms a step against 10.9 ms for torch's int4 kernel plus ~5 ms of refinement
     # (nonzero, amax, index); 8 rows 12.6 vs 11.7 ms plus refinement. Where no vectorized kernel exists for the type,
     # a 4-bit copy ranks candidates and the ones near the top get exact logits from the GGUF rows (_refine_top).
+    # A head of more than 4.5 bits a weight reads half its bytes or less as Q4_0 tiles: Qwen2.5 0.5B's Q8_0 head
+    # (144 MB) took 3.5 ms of a 10.5 ms step on 2 threads (AMD EPYC Zen 5), as Q4_0 tiles (77 MB) ~1.9 ms.
     n_out, n_in = shape
+    if (role == "head" and ggml_type in HEAD_REQUANT and n_in % 32 == 0 and native.available()
+            and native.tiled_type(GGMLType.Q4_0) is not None):
+        return "q4_0"
     if ggml_type in BLOCKS_TYPES and native.gguf_matmul_fast(ggml_type):
         return "blocks"
     scheme = "int4" if role == "head" else FAST_SCHEME[ggml_type]
@@ -375,6 +385,19 @@ class QuantLinear(nn.Module):
         self.blocks_type = self.ggml_type
         self.register_buffer("blocks", blocks.reshape(self.out_features, -1))
 
+    def _build_q4_0(self, blocks: torch.Tensor) -> None:
+        from bolt_ros.engine.gguf.kquant_pack import quantize  # llama.cpp's quantize_row_q4_0_ref (gguf-py)
+
+        q4 = torch.empty(self.out_features, self.in_features // 32 * 18, dtype=torch.uint8)  # [N, Q4_0 row bytes]
+        r0 = 0
+        for chunk, rows in _row_chunks(blocks, self.out_features):
+            w = native.dequantize_rows(chunk.reshape(-1).contiguous(), self.ggml_type, rows, self.in_features)
+            q4[r0 : r0 + rows] = torch.from_numpy(quantize(w.numpy(), GGMLType.Q4_0))
+            r0 += rows
+        self.blocks_type = native.tiled_type(GGMLType.Q4_0)
+        self.register_buffer("blocks", native.tile(q4.reshape(-1), self.blocks_type, self.out_features,
+                                                   self.in_features))
+
     def _build_gguf(self, blocks: torch.Tensor) -> None:
         # [N, row_bytes]: a copy (the mmap view must not be written or outlive the file), made on the target device
         self.register_buffer("blocks", blocks.reshape(self.out_features, -1).to(self._device, copy=True))
@@ -416,7 +439,7 @@ class QuantLinear(nn.Module):
     @property
     def lossy(self) -> bool:
         """True when the held form rounds the GGUF values (then a head refines its top candidates exactly)."""
-        return (self.scheme in ("int4", "int4x2", "int8", "blocks")
+        return (self.scheme in ("int4", "int4x2", "int8", "blocks", "q4_0")
                 or (self.scheme == "bf16" and self.ggml_type != GGMLType.BF16))
 
     @property
@@ -468,7 +491,7 @@ class QuantLinear(nn.Module):
         The packed head is approximate (4-bit codes; bf16 outputs that round logits of ~20 to steps of 0.125 and
         turn near-ties into ties). Candidates that can still be the argmax or carry top-k/top-p mass get exact
         dot products with their GGUF rows (a few rows dequantized: well under a millisecond)."""
-        if (self.scheme == "blocks" and x.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous()
+        if (self.scheme in ("blocks", "q4_0") and x.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous()
                 and native.head_refine(x, y, self._raw, self.ggml_type, HEAD_MARGIN, HEAD_MAX_CANDIDATES)):
             return y  # the same candidates and exact values in C (~0.05 ms against ~1 ms here)
         near = y >= y.amax(-1, keepdim=True) - HEAD_MARGIN  # [T, V]
@@ -493,7 +516,7 @@ class QuantLinear(nn.Module):
             return F.linear(x.to(torch.bfloat16), self.weight).float()
         if s == "int8":
             return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.w8, self.scales).float()
-        if s == "blocks":
+        if s in ("blocks", "q4_0"):
             parts = getattr(self, "_block_parts", None)
             if torch.compiler.is_compiling():  # a compiled step (engine/model/compiled.py) calls the operator
                 if parts is None:
