@@ -296,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="drafter GGUF to write (checkpoints and data cache beside it)")
     for name, kind in (("steps", int), ("layers", int), ("prompts", int), ("anchors", int), ("max-new", int),
                        ("seed", int), ("lr", float), ("target-layers", int), ("checkpoint-every", int),
-                       ("negatives", int), ("tool-prompts", int)):
+                       ("negatives", int), ("tool-prompts", int), ("chat-prompts", int)):
         p.add_argument(f"--{name}", type=kind)
     p.add_argument("--quant", choices=["f32", "f16", "q8_0"])
     p.add_argument("--corpus", choices=["assistant", "talk", "mixed"],
@@ -324,7 +324,7 @@ def cmd_train_drafter(args) -> int:
     fields = {k: getattr(args, k.replace("-", "_")) for k in ("steps", "layers", "prompts", "anchors", "max_new",
                                                               "seed", "lr", "target_layers", "checkpoint_every",
                                                               "quant", "negatives", "tool_prompts", "corpus",
-                                                              "init")}
+                                                              "init", "chat_prompts")}
     cfg = TrainConfig(**{k: v for k, v in fields.items() if v is not None})
     res = train_drafter(resolve_model(args.target), args.out, cfg, threads=args.threads, resume=args.resume,
                         device=str(resolve_device(args.device)))

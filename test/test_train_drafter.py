@@ -89,6 +89,7 @@ def test_words_turns_are_rendered_as_the_assistant_renders_a_talk_turn():
         HELD_OUT_CHAT,
         WordsTurn,
         assistant_messages,
+        chat_turns,
         script_talk_turns,
         talk_turns,
         words_messages,
@@ -103,5 +104,11 @@ def test_words_turns_are_rendered_as_the_assistant_renders_a_talk_turn():
     assert '"Hi, I\'m Bolt."' in msgs[1]["content"] and "you played your dance animation" in msgs[1]["content"]
     scripted = script_talk_turns()
     assert len(scripted) > 100 and any(t.caption for t in scripted) and any(t.earlier for t in scripted)
-    trained = {t.say.lower() for t in talk_turns(300) + scripted}
+    chat = chat_turns(1500)
+    assert len({t.say for t in chat}) == 1500 and any(t.earlier for t in chat)  # distinct; some after earlier turns
+    trained = {t.say.lower() for t in talk_turns(300) + scripted + chat}
     assert len(HELD_OUT_CHAT) >= 8 and not {t.say.lower() for t in HELD_OUT_CHAT} & trained
+    # negative control: the filter is what keeps a held-out utterance out of a frame's output
+    from bolt_ros.train.chat_prompts import chat_utterances
+    assert "Are cats smart?" in chat_utterances(2000)
+    assert "Are cats smart?" not in chat_utterances(2000, held={"are cats smart?"})

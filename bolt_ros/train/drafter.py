@@ -47,6 +47,8 @@ class TrainConfig(BaseModel):
                                     "utterances; mixed: talk and `tool_prompts` tool turns (train/prompts.py)")
     prompts: int = Field(240, ge=1, description="training utterances from templates (train/prompts.py)")
     tool_prompts: int = Field(80, ge=0, description="mixed: tool turns beside the talk")
+    chat_prompts: int = Field(0, ge=0, description="talk, mixed: general-chat turns from topic frames beside the "
+                                                   "small talk (train/chat_prompts.py)")
     init: str | None = Field(None, description="start from this drafter GGUF's weights (same shape): a fine-tune")
     max_new: int = Field(96, ge=8, description="reply tokens generated per prompt")
     steps: int = Field(4000, ge=1)
@@ -94,11 +96,11 @@ def _zlab_model(engine: Engine, cfg: TrainConfig, capture_hf: list[int], mask: i
 
 def corpus_items(cfg: TrainConfig) -> list:
     """The prompts of `cfg.corpus`: utterances (tool turns) and WordsTurns (words turns), train/prompts.py."""
-    from bolt_ros.train.prompts import script_talk_turns, talk_turns, training_utterances
+    from bolt_ros.train.prompts import chat_turns, script_talk_turns, talk_turns, training_utterances
 
     if cfg.corpus == "assistant":
         return training_utterances(cfg.prompts, cfg.seed)
-    talk = script_talk_turns() + talk_turns(cfg.prompts, cfg.seed)
+    talk = script_talk_turns() + talk_turns(cfg.prompts, cfg.seed) + chat_turns(cfg.chat_prompts, cfg.seed)
     return talk if cfg.corpus == "talk" else talk + training_utterances(cfg.tool_prompts, cfg.seed)
 
 

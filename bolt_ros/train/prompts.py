@@ -142,6 +142,16 @@ def talk_turns(n: int, seed: int = 0, memory_share: float = 0.5) -> list[WordsTu
             for u in talk_utterances(n, seed)]
 
 
+def chat_turns(n: int, seed: int = 0, memory_share: float = 0.3) -> list[WordsTurn]:
+    """n general-chat utterances (train/chat_prompts.py: topic frames), about `memory_share` of them after 1-4
+    earlier turns; none of them held out."""
+    from bolt_ros.train.chat_prompts import chat_utterances
+
+    rng = random.Random(seed + 2)
+    return [WordsTurn(u, tuple(rng.sample(_EARLIER, rng.randint(1, 4))) if rng.random() < memory_share else ())
+            for u in chat_utterances(n, seed, {h.say for h in HELD_OUT_CHAT})]
+
+
 _DONE = {"play_animation": "you played your {name} animation", "look": "you looked {direction}",
          "list_animations": "you checked your list of animations"}
 
