@@ -354,6 +354,15 @@ class GGUFFile:
         if getattr(self, "_mm", None) is not None and hasattr(mmap, "MADV_DONTNEED"):
             self._mm.madvise(mmap.MADV_DONTNEED)
 
+    def release(self, name: str) -> None:
+        """Drop the pages wholly inside tensor `name` from this process's memory (re-read on demand): after it was
+        copied into another form, so that a load's peak does not hold the file and the copies at once."""
+        info = self.info(name)
+        ps = mmap.PAGESIZE
+        start, end = -(-info.offset // ps) * ps, (info.offset + info.nbytes) // ps * ps
+        if getattr(self, "_mm", None) is not None and hasattr(mmap, "MADV_DONTNEED") and end > start:
+            self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def close(self) -> None:
         mm = getattr(self, "_mm", None)
         if mm is not None:

@@ -443,6 +443,11 @@ class QuantLinear(nn.Module):
                 or (self.scheme == "bf16" and self.ggml_type != GGMLType.BF16))
 
     @property
+    def holds_copy(self) -> bool:
+        """True when the layer multiplies with its own copy (tiles, a packed or dense form), not the GGUF bytes."""
+        return self.scheme != "blocks" or self.blocks_type != self.ggml_type
+
+    @property
     def weight_bytes(self) -> int:
         """Bytes held by this layer's buffers (the GGUF mmap it came from is not counted, except where the "blocks"
         form's buffer is that mmap: then those bytes are the page cache's, not a copy)."""
@@ -599,6 +604,11 @@ class QuantEmbedding(nn.Module):
     def _apply(self, fn, recurse=True):
         self.table = fn(self.table)
         return super()._apply(fn, recurse)
+
+    @property
+    def holds_copy(self) -> bool:
+        """True when the layer multiplies with its own copy (tiles, a packed or dense form), not the GGUF bytes."""
+        return self.scheme != "blocks" or self.blocks_type != self.ggml_type
 
     @property
     def weight_bytes(self) -> int:

@@ -69,8 +69,11 @@ class WeightStore:
         def build(info):
             self._two_d(name, info)
             self._finite(name, info)
-            return QuantLinear(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info),
-                               policy=self.policy, role=role, device=self.device).to(self.device)
+            q = QuantLinear(np.asarray(self.gf.raw(name)), info.ggml_type, torch_shape(info),
+                            policy=self.policy, role=role, device=self.device).to(self.device)
+            if q.holds_copy:  # the file's pages of it are read again only to refine a head's candidates
+                self.gf.release(name)
+            return q
         return self._built(name, build)
 
     def embedding(self, name: str) -> QuantEmbedding:
