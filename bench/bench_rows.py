@@ -8,10 +8,10 @@ the same model and threads: an 8-token batch against one decoded token, 8 * tg /
 (the same statistic: the cost of a pass of 8 rows over the cost of a step).
 
 Every matrix of the model whose type has a vectorized kernel goes through `gguf_matmul` once per pass, in the form the
-engine holds it (Q5_0, Q4_K and Q6_K tiled on the vectorized levels), as a decode step meets them (the model is larger
-than the L3 cache, so the bytes come from memory), at 1 row and at --rows rows; a type's time is the best of --repeats
-passes. Then the engine: a whole decode step (1 row) against a verify pass (--rows rows, every row's logits) from the
-same cache position, medians. Copy bandwidth: the best of several
+engine holds it (Q5_0, Q4_K and Q6_K tiled on the vectorized levels, the Q8_0 head as Q4_0 tiles), as a decode step
+meets them (the model is larger than the L3 cache, so the bytes come from memory), at 1 row and at --rows rows; a
+type's time is the best of --repeats passes. Then the engine: a whole decode step (1 row) against a verify pass
+(--rows rows, every row's logits) from the same cache position, medians. Copy bandwidth: the best of several
 `Tensor.copy_` of 512 MiB with the same threads (bytes read + written). The head is its own line (`output.weight`,
 or the tied embedding).
 """
@@ -28,8 +28,9 @@ from pathlib import Path
 import torch
 
 from bolt_ros.engine.default_models import resolve_model
-from bolt_ros.engine.gguf.quants import as_uint8, type_name
+from bolt_ros.engine.gguf.quants import type_name
 from bolt_ros.engine.gguf.reader import GGUFFile, torch_shape
+from bolt_ros.engine.model.linear import QuantLinear
 from bolt_ros.kernels.cpu import native
 
 
@@ -54,11 +55,10 @@ def matrices(gf: GGUFFile) -> list[tuple[str, int, tuple[int, int], torch.Tensor
         if name == "token_embd.weight" and not tied:
             continue  # an embedding table is read a row at a time, not multiplied
         group = "head" if name in ("output.weight", "token_embd.weight") else type_name(info.ggml_type)
-        raw, t = as_uint8(gf.raw(name)), info.ggml_type
-        tiled = native.tiled_type(t) if group != "head" else None
-        if tiled is not None:  # as the engine holds them (QuantLinear's blocks form: tiles on the AVX-512 levels)
-            raw, t = native.tile(raw.reshape(-1), tiled, *shape), tiled
-        out.append((group, t, shape, raw))
+        # in the form the engine holds it (QuantLinear: tiles, a head requantized to Q4_0 tiles)
+        q = QuantLinear(gf.raw(name), info.ggml_type, shape, role="head" if group == "head" else "matrix")
+        if q.scheme in ("blocks", "q4_0"):
+            out.append((group, q.blocks_type, shape, q.blocks))
     return out
 
 
