@@ -298,7 +298,7 @@ def gguf_matmul_parts(x: torch.Tensor, parts: BlockParts, *, level: str | None =
 
 def gguf_matmul_fast(ggml_type: int, level_name: str | None = None) -> bool:
     """Whether this machine's level (or `level_name`) has a vectorized gguf_matmul for the type (Q4_0, Q5_0, Q8_0,
-    Q4_K, Q6_K from AVX2 + F16C + FMA up; their tiles, TILED + type, on the AVX-512 levels)."""
+    Q4_K, Q6_K from AVX2 + F16C + FMA up; the tiles of Q4_0, Q5_0, Q4_K and Q6_K of the level's kind, tiled_type)."""
     lib = library()
     return lib is not None and _known(ggml_type) and bool(_levels[level_name or level()][1](ggml_type))
 

@@ -9,12 +9,10 @@
 #define BOLT_Q8_LANES_H
 
 #ifdef LN
-/* a tile's block tb (q8_tiles.h) where the width has tiles (LV_TILE_GROUPS), else the LN rows at p */
-#ifdef LV_TILE_GROUPS
-#define TILE_OR(tb, from_tile, from_rows) do { if (tb) { from_tile; } else { from_rows; } } while (0)
-#else
-#define TILE_OR(tb, from_tile, from_rows) do { (void)(tb); from_rows; } while (0)
-#endif
+/* from a tile's block tb (q8_tiles.h) where there are no rows p (NULL), else from the LN rows at p: the callers pass
+ * NULL or their own array, so the compiler keeps one side (a runtime test of tb kept both, and Q6_K's 1-row tile
+ * ran 20 % slower) */
+#define TILE_OR(p, from_tile, from_rows) do { if (!(p)) { from_tile; } else { from_rows; } } while (0)
 
 static inline int lanes_type(int t) { return t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K; }
 
@@ -26,7 +24,7 @@ static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const
                                                            int64_t b, int64_t K, int64_t M, const XQ *xq, lvf *out,
                                                            int stride) {
     lvi H[4];  /* the first 16 bytes: d | dmin, then the 12 scale bytes */
-    TILE_OR(tb, LV_TILE_GROUPS(tb, 0, H, 4), LV_T4(p, 144 * b, H));
+    TILE_OR(p, LV_TILE_GROUPS(tb, 0, H, 4), LV_T4(p, 144 * b, H));
     lvf dw = LV_HALF(H[0], 0), mw = LV_HALF(H[0], 1);
     lvi u0 = H[1], u1 = H[2], u2 = H[3];
     const lvi m6 = LV_SET1(0x3F3F3F3F), m4 = LV_SET1(0x0F0F0F0F), top = LV_SET1(0x30303030), byte = LV_SET1(0xFF);
@@ -45,7 +43,7 @@ static inline __attribute__((always_inline)) void lanes_q4k(const uint8_t *const
     const lvi low = LV_SET1_8(0x0F);
     for (int g = 0; g < 4; g++) {  /* 32 bytes: sub-block 2g in the low nibbles, 2g + 1 in the high ones */
         lvi T[8], lo[8], hi[8];
-        TILE_OR(tb, LV_TILE_GROUPS(tb, 4 + 8 * g, T, 8), LV_T8(p, 144 * b + 16 + 32 * g, T));
+        TILE_OR(p, LV_TILE_GROUPS(tb, 4 + 8 * g, T, 8), LV_T8(p, 144 * b + 16 + 32 * g, T));
         for (int k = 0; k < 8; k++) {
             lo[k] = LV_AND(T[k], low);
             hi[k] = LV_AND(LV_SRLI(T[k], 4), low);
@@ -76,7 +74,7 @@ static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const
     lvf dw;
     lvi SC[16], SC16[16], SCP[8], isum[MAX_M];
     lvi G[4];  /* bytes 192..207: the 16 int8 scales */
-    TILE_OR(tb, (dw = LV_TILE_HALF(tb), LV_TILE_GROUPS(tb + 2 * LN, 48, G, 4)),
+    TILE_OR(p, (dw = LV_TILE_HALF(tb), LV_TILE_GROUPS(tb + 2 * LN, 48, G, 4)),
             (LV_T4(p, 210 * b + 194, D), dw = LV_HALF(D[3], 1), LV_T4(p, 210 * b + 192, G)));
     for (int q = 0; q < 4; q++) {  /* sign-extended per lane */
         lvi g = G[q];
@@ -90,7 +88,7 @@ static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const
     const lvi low = LV_SET1_8(0x0F), bits45 = LV_SET1_8(0x30);
     for (int h = 0; h < 2; h++) {
         lvi TA[8], TB[8], TH[8];
-        TILE_OR(tb, (LV_TILE_GROUPS(tb + 2 * LN, 16 * h, TA, 8), LV_TILE_GROUPS(tb + 2 * LN, 16 * h + 8, TB, 8),
+        TILE_OR(p, (LV_TILE_GROUPS(tb + 2 * LN, 16 * h, TA, 8), LV_TILE_GROUPS(tb + 2 * LN, 16 * h + 8, TB, 8),
                      LV_TILE_GROUPS(tb + 2 * LN, 32 + 8 * h, TH, 8)),
                 (LV_T8(p, 210 * b + 64 * h, TA), LV_T8(p, 210 * b + 64 * h + 32, TB),
                  LV_T8(p, 210 * b + 128 + 32 * h, TH)));
@@ -119,26 +117,32 @@ static inline __attribute__((always_inline)) void lanes_q6k(const uint8_t *const
     }
 }
 
-/* block (or superblock) b of the LN rows for every row of x: out[m * stride] (the width header's lanes_*) */
-static inline __attribute__((always_inline)) void lanes_block(int t, const uint8_t *const p[LN], int64_t b,
-                                                             int64_t K, int64_t M, const XQ *xq, lvf *out,
+/* block (or superblock) b of the LN rows at p, or (p NULL) of a tile, its block at tb, for every row of x:
+ * out[m * stride] (the width header's lanes_*) */
+static inline __attribute__((always_inline)) void lanes_block(int t, const uint8_t *const p[LN], const uint8_t *tb,
+                                                             int64_t b, int64_t K, int64_t M, const XQ *xq, lvf *out,
                                                              int stride) {
     if (t == Q4_K)
-        lanes_q4k(p, NULL, b, K, M, xq, out, stride);
+        lanes_q4k(p, tb, b, K, M, xq, out, stride);
     else if (t == Q6_K)
-        lanes_q6k(p, NULL, b, K, M, xq, out, stride);
+        lanes_q6k(p, tb, b, K, M, xq, out, stride);
+    else if (!p)
+        tile_q45(t, tb, b, K, M, xq, out, stride);
     else
         lanes_legacy(t, p, b, K, M, xq, out, stride);
 }
 
-/* R <= LN weight rows at w (rb bytes apart) against M <= MAX_M rows of x: y[m * ystride + r]. The next LN rows are
- * fetched a block's share per block (see Ahead in q8_rows.h). */
-static inline __attribute__((always_inline)) void lanes_t(int t, const uint8_t *w, int64_t rb, int R, int64_t K,
-                                                         int64_t M, const XQ *xq, float *y, int64_t ystride) {
+/* R <= LN weight rows at w (rb bytes apart), or the tile at w (tiled: its R rows' blocks interleaved, rb bytes a row),
+ * against M <= MAX_M rows of x: y[m * ystride + r]. The next LN rows (the next tile) are fetched a block's share per
+ * block. */
+static inline __attribute__((always_inline)) void lanes_t(int t, int tiled, const uint8_t *w, int64_t rb, int R,
+                                                         int64_t K, int64_t M, const XQ *xq, float *y,
+                                                         int64_t ystride) {
     const int64_t nb = K / block_len(t);
+    /* a block (superblock) of the LN rows, GGUF or tiled: a constant, as the tiles' own loop had it */
+    const int64_t bb = LN * (t == Q4_0 ? 18 : t == Q5_0 ? 22 : t == Q8_0 ? 34 : t == Q4_K ? 144 : 210);
     const uint8_t *p[LN], *nx = w + LN * rb;
-    const int64_t tb = LN * rb;
-    for (int r = 0; r < LN; r++) {  /* rows past R repeat the last one (valid bytes; their lanes are not stored) */
+    for (int r = 0; r < LN && !tiled; r++) {  /* rows past R repeat the last one (valid bytes; lanes not stored) */
         int rr = r < R ? r : R - 1;
         p[r] = w + rr * rb;
     }
@@ -154,22 +158,37 @@ static inline __attribute__((always_inline)) void lanes_t(int t, const uint8_t *
             /* the next tile (its LN rows are contiguous), a block's share in address order: per row at block b
              * (LN streams) the cold Q6_K verify product ran 35 % slower, its fetches serialized on the miss
              * buffers */
-            for (int64_t o = (tb * b / nb) & ~(int64_t)63; o < tb * (b + 1) / nb; o += 64) __builtin_prefetch(nx + o);
-            lanes_block(t, p, b, K, M, xq, &P[0][i], 8);
+            for (int64_t o = bb * b & ~(int64_t)63; o < bb * (b + 1); o += 64) __builtin_prefetch(nx + o);
+            lanes_block(t, tiled ? NULL : p, w + bb * b, b, K, M, xq, &P[0][i], 8);
         }
         for (int m = 0; m < M; m++) acc[m] = LVF_ADD(acc[m], LVF_TREE(P[m]));
     }
     for (int m = 0; m < M; m++) LVF_STORE_FIRST(y + m * ystride, R, acc[m]);
 }
 
-static void lanes_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, float *y,
-                       int64_t ystride) {
+/* the tiles' instances apart from the rows' (in one function with them the 1-row Q5_0 tile ran ~25 % slower) */
+static void lanes_tiles(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, float *y,
+                        int64_t ystride) {
     switch (t) {  /* t a constant in each */
-    case Q4_0: lanes_t(Q4_0, w, rb, R, K, M, xq, y, ystride); break;
-    case Q5_0: lanes_t(Q5_0, w, rb, R, K, M, xq, y, ystride); break;
-    case Q4_K: lanes_t(Q4_K, w, rb, R, K, M, xq, y, ystride); break;
-    case Q6_K: lanes_t(Q6_K, w, rb, R, K, M, xq, y, ystride); break;
-    default: lanes_t(Q8_0, w, rb, R, K, M, xq, y, ystride); break;
+    case Q4_0: lanes_t(Q4_0, 1, w, rb, R, K, M, xq, y, ystride); break;
+    case Q5_0: lanes_t(Q5_0, 1, w, rb, R, K, M, xq, y, ystride); break;
+    case Q4_K: lanes_t(Q4_K, 1, w, rb, R, K, M, xq, y, ystride); break;
+    default: lanes_t(Q6_K, 1, w, rb, R, K, M, xq, y, ystride); break;
+    }
+}
+
+static void lanes_rows(int t, int tiled, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq,
+                       float *y, int64_t ystride) {
+    if (tiled) {
+        lanes_tiles(t, w, rb, R, K, M, xq, y, ystride);
+        return;
+    }
+    switch (t) {  /* t a constant in each */
+    case Q4_0: lanes_t(Q4_0, 0, w, rb, R, K, M, xq, y, ystride); break;
+    case Q5_0: lanes_t(Q5_0, 0, w, rb, R, K, M, xq, y, ystride); break;
+    case Q4_K: lanes_t(Q4_K, 0, w, rb, R, K, M, xq, y, ystride); break;
+    case Q6_K: lanes_t(Q6_K, 0, w, rb, R, K, M, xq, y, ystride); break;
+    default: lanes_t(Q8_0, 0, w, rb, R, K, M, xq, y, ystride); break;
     }
 }
 #endif

@@ -32,7 +32,7 @@
 /* the parts, each a header of static functions so that one level is one translation unit: q8_common.h (levels,
  * predicates, SIMD building blocks), q8_quant.h (x to int8), q8_unpack.h (weight rows, the portable loop),
  * q8_row1.h (one row), q8_rows.h (rows-as-lanes), q8_rows16.h / q8_rows8.h / q8_lanes.h (weight rows as lanes),
- * q8_tiles.h (Q5_0 tiles) */
+ * q8_tiles.h (tiles' Q4_0 / Q5_0 blocks) */
 #include "q8_common.h"
 #include "q8_quant.h"
 #include "q8_unpack.h"
@@ -40,8 +40,8 @@
 #include "q8_rows.h"
 #include "q8_rows16.h"
 #include "q8_rows8.h"
-#include "q8_lanes.h"
 #include "q8_tiles.h"
+#include "q8_lanes.h"
 
 /* 1 where this level has a vectorized kernel for the type (the others run, correctly, at scalar speed) */
 int CAT(bolt_q8_fast, LEVEL)(int t) {
@@ -99,13 +99,6 @@ static int lanes_path(int t, int64_t M) {
  * (r[0]: a row; with PAIR r[0], r[1] a pair's staging; then the NU units from r[UBUF]) */
 static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, int64_t M, const XQ *xq, Row *r,
                         float *y, int64_t ystride) {
-#ifdef LN
-    if (tiled(t)) {
-        (void)rb, (void)r;
-        tiled_rows(t - TILE_AT, w, R, K, M, xq, y, ystride);
-        return;
-    }
-#endif
 #ifdef SIMD
     if (M == 1 && (t == Q4_0 || t == Q5_0 || t == Q8_0 || t == Q4_K || t == Q6_K)) {
         tile1(t, w, rb, R, K, xq, r->pbuf, y);
@@ -113,7 +106,7 @@ static void weight_rows(int t, const uint8_t *w, int64_t rb, int R, int64_t K, i
     }
 #ifdef LN
     if (lanes_path(t, M)) {  /* a verify block, a short prefill chunk: LN weight rows as lanes */
-        lanes_rows(t, w, rb, R, K, M, xq, y, ystride);
+        lanes_rows(tiled(t) ? t - TILE_AT : t, tiled(t), w, rb, R, K, M, xq, y, ystride);
         return;
     }
 #endif
