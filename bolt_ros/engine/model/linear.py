@@ -606,11 +606,6 @@ class QuantEmbedding(nn.Module):
         return super()._apply(fn, recurse)
 
     @property
-    def holds_copy(self) -> bool:
-        """True when the layer multiplies with its own copy (tiles, a packed or dense form), not the GGUF bytes."""
-        return self.scheme != "blocks" or self.blocks_type != self.ggml_type
-
-    @property
     def weight_bytes(self) -> int:
         return self.table.numel()
 
