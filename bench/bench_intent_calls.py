@@ -34,7 +34,7 @@ def expected_move(expect) -> str | None:
     tool, args = want
     if tool == "play_animation":
         return args.get("name")
-    if tool == "look":
+    if tool == "look" and "direction" in args:
         return f"look_{args['direction']}"
     if tool == "move_head" and "direction" in args:
         return f"more_{args['direction']}"
