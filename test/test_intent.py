@@ -316,3 +316,45 @@ def test_a_question_of_who_or_what_is_there_is_a_view_question(classifier, tools
     for u in ["Is anybody at the door?", "Hey, is there something on the shelf?"]:
         assert classifier.decide(u, tools).label == SEE, u
     assert classifier.decide("Is there anything else I can do for you?", tools).label != SEE
+
+
+def test_the_fourth_held_out_sets_kinds_of_fault(classifier, tools, monkeypatch):
+    """Four general faults a fourth held-out set showed on every seed (docs/conversation.md), here in our own words,
+    each with its negative control (the rule taken out, the old decision back):
+    - an order to move the head a way, asked ("Can you tilt your head up like ...?"), was talk: the sentence's tail
+      outweighed its order;
+    - a look back "on me" was the last look once more (only "at me" / "to me" meant the centre);
+    - "take a peek around" was a question about the view (only "look around" was an order to look);
+    - "Who am I, by the way?" was answered with a caption when no name was known (the view label)."""
+    import re
+
+    import bolt_ros.assistant.intent as intent
+    cases = [("Will you tilt your head to the left like a curious puppy?", None, "look_left", "_HEAD_ORDER",
+              re.compile(r"(?!)")),
+             ("Focus on me again.", "look_left", "look_center", "_CENTER",
+              re.compile(r"\b(straight ahead|ahead|center|centre|front|forward|at me|to me)\b", re.IGNORECASE)),
+             ("Take a quick peek around the garden.", None, "look_around", "_LOOK_ORDER",
+              re.compile(intent._LEAD + r"(?:(?:have|take) a (?:quick |good )?)?look\b", re.IGNORECASE))]
+    for utterance, last, move, rule, old in cases:
+        d = classifier.decide(utterance, tools, last)
+        assert d.call is not None and d.call.name == move, (utterance, d.label, d.probs)
+        with monkeypatch.context() as m:
+            m.setattr(intent, rule, old)
+            d = classifier.decide(utterance, tools, last)
+            assert d.call is None or d.call.name != move, (utterance, rule)
+    assert classifier.decide("Can you lower your head like you're ashamed of yourself?", tools).label == "look_down"
+    for u in ["My cat tilts her head up when I call her.", "Why do you turn your head left so often?"]:
+        assert classifier.decide(u, tools).call is None, u
+    assert classifier.decide("And who am I, then?", tools).label == TALK
+    monkeypatch.setattr(intent, "asks_name", lambda _u: False)
+    assert classifier.decide("And who am I, then?", tools).label == SEE
+
+
+def test_a_name_given_in_a_greeting_is_kept():
+    """"Hi Bolt, it's Amara." gives a name; "It's Friday today." and a weekday after a greeting do not."""
+    from bolt_ros.assistant.facts import FactNote
+    for said, names in [("Hey there, it's Jonas.", ["Jonas"]), ("Hello Bolt, it is Maria here.", ["Maria"]),
+                        ("It's Friday today.", []), ("Hi, it's Monday already!", []), ("My name is Lena.", ["Lena"])]:
+        note = FactNote()
+        note.add(said)
+        assert note.names == names, said

@@ -21,9 +21,15 @@ _FIRST_PERSON = re.compile(r"\b(i|i'm|i’m|im|i've|i'll|i'd|my|me|mine|myself|w
 # "I'm Tom", "my name is Tom", "call me Tom", "this is Tom": a capitalized word right after (ASR and typing both
 # capitalize names); "I'm Happy" from a sloppy typist would be taken for a name too, which the note then only repeats
 _NAME = re.compile(r"\b(?i:i'm|i’m|i am|my name is|my name's|call me|this is)\s+([A-Z][a-z]+)\b")
+# "Hi Bolt, it's Amara.": "it's" gives a name only in a greeting (held out 4 found it missing: "Who am I?" then fell
+# to the caption); "It's Friday" alone is no introduction
+_GREETING_NAME = re.compile(r"^\W*(?i:hi|hello|hey|hiya)\b[^.!?]*?\b(?i:it's|it’s|it is)\s+([A-Z][a-z]+)\b")
 _ASKS_NAME = re.compile(r"\b(what(?:'s| is| was) my name|who am i|my name again|remember my name|know my name)\b",
                         re.IGNORECASE)
-_NOT_NAMES = {"Bolt", "Sorry", "So", "Just", "Not", "Really", "Very", "Back", "Here", "Fine", "Good", "Okay", "Ok"}
+_NOT_NAMES = {"Bolt", "Sorry", "So", "Just", "Not", "Really", "Very", "Back", "Here", "Fine", "Good", "Okay", "Ok",
+              "Me", "Time", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "January",
+              "February", "March", "April", "May", "June", "July", "August", "September", "October", "November",
+              "December", "Morning", "Today", "Tonight"}
 _SWAP = [(r"\bi am\b", "they are"), (r"\bi was\b", "they were"), (r"\bi['’]m\b", "they are"), (r"\bim\b", "they are"),
          (r"\bi['’]ve\b", "they have"), (r"\bi['’]ll\b", "they will"), (r"\bi['’]d\b", "they would"),
          (r"\bwe['’]re\b", "they are"), (r"\bmyself\b", "themselves"), (r"\bmine\b", "theirs"), (r"\bmy\b", "their"),
@@ -68,10 +74,20 @@ def third_person(sentence: str) -> str:
     return out[:1].upper() + out[1:]
 
 
+def given_names(sentence: str) -> list[str]:
+    """The names a person gives for themselves in these words ("my name is Marco", "Hi Bolt, it's Amara")."""
+    found = [m[1] for m in _NAME.finditer(sentence)] + [m[1] for m in _GREETING_NAME.finditer(sentence)]
+    return [n for n in found if n not in _NOT_NAMES]
+
+
+def asks_name(utterance: str) -> bool:
+    """"What's my name?", "Who am I, by the way?": a question about the person, never answered from a caption."""
+    return bool(_ASKS_NAME.search(utterance))
+
+
 def person_names(utterance: str, known: list[str]) -> set[str]:
     """The person's names: those told before and one given in these words ("Hey Bolt, my name is Marco.")."""
-    found = {m[1] for m in _NAME.finditer(utterance) if m[1] not in _NOT_NAMES}
-    return found | set(known)
+    return set(given_names(utterance)) | set(known)
 
 
 def takes_their_name(sentence: str, names: set[str]) -> bool:
@@ -91,9 +107,9 @@ class FactNote:
     def add(self, said: str) -> None:
         """Keep what these words tell about the person (call it with a turn that asked for no move)."""
         for s in sentences(said):
-            name = _NAME.search(s)
-            if name and name[1] not in _NOT_NAMES:
-                self.names = [name[1]]  # the newest: one person talks in a conversation
+            names = given_names(s)
+            if names:
+                self.names = [names[0]]  # the newest: one person talks in a conversation
                 continue
             if s.rstrip().endswith("?"):
                 continue
@@ -106,7 +122,7 @@ class FactNote:
     def name_answer(self, utterance: str) -> str:
         """"What's my name?" / "Who am I?" answered from the note ("You're Tom."); "" when not asked or not known:
         told the name, the 0.5B model still answered "I am Priya, a small friendly robot ..." (first person)."""
-        if not self.names or not _ASKS_NAME.search(utterance):
+        if not self.names or not asks_name(utterance):
             return ""
         return f"You're {self.names[-1]}."
 

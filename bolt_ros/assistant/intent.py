@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from bolt_ros.assistant.backend import ToolCallRequest
 from bolt_ros.assistant.config import IntentConfig
+from bolt_ros.assistant.facts import asks_name
 from bolt_ros.assistant.idioms import ability_move, idiom_move, knows_how
 from bolt_ros.assistant.mention import is_mention, is_question, without_openers
 from bolt_ros.engine.decode.choice import check_prefix_free, option_probabilities
@@ -237,18 +238,24 @@ POINTED_P = 0.3  # an earlier utterance's move counts as what "show me" points a
 
 # what may open an order or a question before its first word ("Okay, ...", "Hey Bolt, ...")
 _LEAD = r"^\W*(?:(?:ok(?:ay)?|now|please|so|and|hey|hmm|wait|bolt)\W+)*"
-_CENTER = re.compile(r"\b(straight ahead|ahead|center|centre|front|forward|at me|to me)\b", re.IGNORECASE)
+_CENTER = re.compile(r"\b(straight ahead|ahead|center|centre|front|forward|at me|to me|on me)\b", re.IGNORECASE)
 _DIRECTION = re.compile(r"\b(left|right|up|down|higher|lower)\b", re.IGNORECASE)
 # an order to look: "Look ...", "Have a look ...", "Okay, take a quick look ..."
-_LOOK_ORDER = re.compile(_LEAD + r"(?:(?:have|take) a (?:quick |good )?)?"
-                         r"look\b", re.IGNORECASE)
+_LOOK_ORDER = re.compile(_LEAD + r"(?:(?:have|take) a (?:quick |good |little )?)?"
+                         r"(?:look|peek|glance)\b", re.IGNORECASE)
+# an order to move the head a way, asked or told ("Can you tilt your head up like ...?", "Turn your head left."):
+# the classifier weighed the rest of the sentence ("like you're looking at the stars": talk 0.60, look_up 0.31)
+_HEAD_ORDER = re.compile(_LEAD + r"(?:(?:can|could|would|will) you\s+)?(?:please\s+)?"
+                         r"(turn|tilt|move|raise|lift|lower|point|swing|tip|bring)\s+your\s+head\b([^,.;!?]*)",
+                         re.IGNORECASE)
 # a question of who or what is there ("Is anybody at the door?", "Is there something on the shelf?", "Who else is
 # here?"): the classifier left some of these to the words model, which guessed ("Yes, there are people nearby.")
 _PRESENCE = re.compile(_LEAD + r"(?:(?:is|are) (?:there )?"
                        r"(?:anyone|anybody|someone|somebody|anything|something|people)\b|who(?:'s| is| else)? "
                        r"(?:else )?(?:is )?(?:there|here|around)\b)", re.IGNORECASE)
 _ABOUT_US = re.compile(r"\b(?:i|me|my|we|us|our|you can do|i can)\b", re.IGNORECASE)
-_LOOK_AROUND = re.compile(r"\blook(?:ing)?\s+(?:all\s+)?around\b", re.IGNORECASE)
+_HEAD_VERB_WAY = {"raise": "up", "lift": "up", "lower": "down"}
+_LOOK_AROUND = re.compile(r"\b(?:look|peek|glance)(?:ing)?\s+(?:all\s+)?around\b", re.IGNORECASE)
 
 
 def _by_form(label: str, utterance: str, by_name: dict[str, float], mention: bool) -> str:
@@ -263,8 +270,18 @@ def _by_form(label: str, utterance: str, by_name: dict[str, float], mention: boo
     if label in (REPEAT, REVERSE, POINT_BACK, FURTHER) or head:  # not an animation: "dance in front of me"
         if _CENTER.search(utterance) and not _DIRECTION.search(utterance) and "look_center" in by_name:
             return "look_center"
+    if label == SEE and asks_name(utterance):
+        return TALK  # "Who am I, by the way?" is about the person, never answered from a caption (facts.py)
     if label == TALK and _PRESENCE.match(utterance) and not _ABOUT_US.search(utterance):
         return SEE  # "Is anybody at the door?": who or what is there, from the newest caption
+    order = _HEAD_ORDER.match(utterance) if label in (SEE, TALK) and not mention else None
+    if order:  # "Can you tilt your head up like you're looking at the stars?": the way it names
+        ways = {_WORDS[w] for w in re.findall(r"[a-z]+", order[2].lower()) if w in _WORDS}
+        ways = ways or {_HEAD_VERB_WAY.get(order[1].lower())} - {None}  # "lower your head": down
+        if len(ways) == 1 and f"look_{next(iter(ways))}" in by_name:
+            return f"look_{next(iter(ways))}"
+        if not ways and _CENTER.search(order[2]) and "look_center" in by_name:
+            return "look_center"
     if label in (SEE, TALK) and _LOOK_ORDER.match(utterance) and not is_question(utterance) and not mention:
         if _LOOK_AROUND.search(utterance) and "look_around" in by_name:
             return "look_around"
