@@ -42,3 +42,30 @@ def test_talking_past_the_window_drops_the_oldest_turns(backend):
     with pytest.raises(ValueError, match="does not fit"):
         list(backend.stream_chat(conv.messages([conv.user_message(STORY)]), [], enable_thinking=False,
                                  cancel=threading.Event()))
+
+
+def test_words_alone_longer_than_the_context_are_answered_and_the_conversation_goes_on(backend):
+    """A person's words that cannot fit the context even alone (a pasted page) get the loop's spoken line, not an
+    error; the turn after is answered as usual, and the page never becomes a fact about the person. Negative control:
+    the engine itself refuses that prompt with its typed error (which the loop used to report as a failed turn)."""
+    from bolt_ros.engine.decode.generate import PromptTooLong
+    events = []
+    loop = ToolLoop(backend, lambda call, cancel: None, events.append, max_tool_rounds=0)
+    conv = Conversation("You are a friendly robot. Answer in one short sentence.", history="memory")
+    page = STORY * 12
+    with pytest.raises(PromptTooLong) as e:
+        list(backend.stream_chat(conv.messages([conv.user_message(page)]), [], enable_thinking=False,
+                                 cancel=threading.Event()))
+    assert e.value.n_tokens > N_CTX and e.value.n_ctx == N_CTX
+    res = loop.run(conv, conv.user_message(page), [], enable_thinking=False, cancel=threading.Event())
+    assert res.error == "" and res.text == ToolLoop.too_long[0] and res.stats["too_long_tokens"] > N_CTX
+    assert [ev.text for ev in events if ev.kind == "sentence"] == [ToolLoop.too_long[0]]
+    assert not [ev for ev in events if ev.kind == "error"]
+    conv.commit(res.messages)
+    from bolt_ros.assistant.conversation import TurnRecord
+    conv.records.append(TurnRecord(page, res.text, []))
+    conv.facts.add(page)
+    assert conv.facts.facts == []  # a page is not a fact about the person
+    res = loop.run(conv, conv.user_message("Hello, how are you?"), [], enable_thinking=False,
+                   cancel=threading.Event())
+    assert res.error == "" and res.text and res.text != ToolLoop.too_long[0]

@@ -155,6 +155,7 @@ class AssistantConfig(_Strict):
     say_move_at_start: bool = True
     at_a_loss: str = ""   # lines (" | " between them) for a turn that would end with nothing said or done
     at_a_loss_told: str = ""  # the same for a turn that told something rather than asked ("" = at_a_loss)
+    too_long: str = ""  # lines for words longer than the model's context ("" = the loop's own, ToolLoop.too_long)
     # the note of what the person told (assistant/facts.py) shown to the words model; false: the robot alone says it
     # back when asked (FactNote.answer), and the model cannot weave it into unrelated small talk
     facts_in_prompt: bool = True
@@ -173,6 +174,10 @@ class AssistantConfig(_Strict):
     @field_serializer("tools")
     def _tools_to_yaml(self, tools: list[ToolSpec]) -> str:
         return yaml.safe_dump([t.model_dump(exclude_defaults=True) for t in tools], sort_keys=False) if tools else ""
+
+    def lines(self, name: str) -> list[str]:
+        """A parameter of spoken lines ("a | b") as a list."""
+        return [x.strip() for x in getattr(self, name).split("|") if x.strip()]
 
 
 def _yaml_list(v: Any, error: str) -> Any:

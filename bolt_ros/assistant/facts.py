@@ -17,6 +17,7 @@ from bolt_ros.assistant.mention import is_question
 from bolt_ros.assistant.reply_text import sentences
 
 FACTS_HEADER = "Notes on the person you are talking to (not on you):"
+MAX_TOLD_CHARS = 600  # a turn longer than 20 s of speech (~350 characters) by far: a pasted page, not about them
 _FIRST_PERSON = re.compile(r"\b(i|i'm|i’m|im|i've|i'll|i'd|my|me|mine|myself|we|we're|our|us)\b", re.IGNORECASE)
 # "I'm Tom", "my name is Tom", "call me Tom", "this is Tom": a capitalized word right after (ASR and typing both
 # capitalize names); "I'm Happy" from a sloppy typist would be taken for a name too, which the note then only repeats
@@ -106,6 +107,8 @@ class FactNote:
 
     def add(self, said: str) -> None:
         """Keep what these words tell about the person (call it with a turn that asked for no move)."""
+        if len(said) > MAX_TOLD_CHARS:
+            return
         for s in sentences(said):
             names = given_names(s)
             if names:

@@ -40,15 +40,15 @@ from bolt_ros.assistant.scene import newest_caption, see_options
 from bolt_ros.assistant.sentences import SentenceSplitter, sentence_count
 from bolt_ros.assistant.tools import ToolOutcome, correction_line
 from bolt_ros.assistant.turn_parts import LoopEvent, TurnResult
-from bolt_ros.assistant.turn_parts import arguments_json as arguments_json  # the node's import
+from bolt_ros.engine.decode.generate import PromptTooLong
 
 IDLE, THINKING, SPEAKING, ACTING = "idle", "thinking", "speaking", "acting"
-
-
 ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]
 
 
 class ToolLoop:
+    too_long = ("That's more than I can take in at once. Could you say it in fewer words?",)  # config: too_long
+
     def __init__(self, backend: ChatBackend, call_tool: ToolCaller, emit: Callable[[LoopEvent], None], *,
                  max_tool_rounds: int = 3, max_sentences: int = 0, at_a_loss: list[str] = (), intent=None,
                  own_name: str = "", at_a_loss_told: list[str] = ()):
@@ -86,6 +86,9 @@ class ToolLoop:
                 self._decided_turn(conv, utterance, res, tools, enable_thinking, cancel, t0)
             else:
                 self._model_turn(conv, res, tools, enable_thinking, cancel, t0)
+        except PromptTooLong as e:  # words longer than the context: the person is told, not a failed turn
+            res.stats["too_long_tokens"] = e.n_tokens
+            self._say_line(parts.fresh_line(conv, self.too_long), res)
         except Exception as e:  # a failing engine ends the turn with an error event; the node keeps running
             res.error = f"{type(e).__name__}: {e}"
             self.emit(LoopEvent("error", res.error))

@@ -1,7 +1,7 @@
 """The assistant node's messages: the tool loop's events, calls, results and stats as bolt_ros messages."""
 from __future__ import annotations
 
-from bolt_ros.assistant.tool_loop import arguments_json
+from bolt_ros.assistant.turn_parts import arguments_json
 from bolt_ros.msg import AssistantEvent, GenerationStats, ToolCall, ToolResult
 
 KIND = {"text": AssistantEvent.TEXT_DELTA, "sentence": AssistantEvent.SENTENCE, "tool_call": AssistantEvent.TOOL_CALL,

@@ -301,10 +301,10 @@ class AssistantNode(Node):
 
         loop = ToolLoop(self.backend, call_tool, lambda ev: self._emit(job, ev),
                         max_tool_rounds=cfg.max_tool_rounds, max_sentences=cfg.max_sentences,
-                        at_a_loss=[x.strip() for x in cfg.at_a_loss.split("|") if x.strip()],
-                        intent=self.primer.intent, own_name=cfg.robot_name,
-                        at_a_loss_told=[x.strip() for x in cfg.at_a_loss_told.split("|") if x.strip()])
+                        at_a_loss=cfg.lines("at_a_loss"), at_a_loss_told=cfg.lines("at_a_loss_told"),
+                        intent=self.primer.intent, own_name=cfg.robot_name)
         loop.first_clause = cfg.first_clause_words   # a reply's first clause goes to TTS (sentences.py)
+        loop.too_long = cfg.lines("too_long") or loop.too_long  # words longer than the context: said so
         user_msg = conv.user_message(job.utterance, scene)
         res = loop.run(conv, user_msg, self.registry.openai_tools(), enable_thinking=job.enable_thinking,
                        cancel=job.cancel, t0=job.t_received, utterance=job.utterance)

@@ -104,6 +104,14 @@ def release_heap() -> None:
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim this way
         pass
 
+class PromptTooLong(ValueError):
+    """A prompt as long as the context or longer: nothing was run. A caller that talks to people says so (the
+    assistant asks for fewer words) rather than failing the turn."""
+
+    def __init__(self, n_tokens: int, n_ctx: int):
+        super().__init__(f"prompt of {n_tokens} tokens does not fit the context ({n_ctx})")
+        self.n_tokens, self.n_ctx = n_tokens, n_ctx
+
 
 class Engine:
     def __init__(self, gf: GGUFFile, model: Transformer, tokenizer: Tokenizer, n_ctx: int, load_s: float = 0.0):
@@ -181,7 +189,7 @@ class Engine:
         if not ids:
             raise ValueError("empty prompt")
         if len(ids) >= self.n_ctx:
-            raise ValueError(f"prompt of {len(ids)} tokens does not fit the context ({self.n_ctx})")
+            raise PromptTooLong(len(ids), self.n_ctx)
         common = common_prefix(session.tokens, ids)
         if self.holds_logits(session, ids) and (max_reuse is None or max_reuse >= len(ids)):
             session.truncate(len(ids))
