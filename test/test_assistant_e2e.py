@@ -159,6 +159,7 @@ def test_bringup_console_with_the_default_config_replies_and_stops_on_one_sigint
 
 # ---- the openai backend: real llama-server where installed, the in-test server otherwise --------------------------
 
+SERVER_CTX = 2048  # both servers' context
 REPLY = "Hello there! I am Bolt, a small robot. I can nod, look around and wiggle my antennas for you."
 
 
@@ -171,6 +172,18 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(req)
+        n = sum(len(m.get("content") or "") for m in req["messages"]) // 4
+        if n > SERVER_CTX:  # llama-server's answer to a prompt over its context: HTTP 400 and this body
+            body = json.dumps({"error": {"code": 400, "message": f"request ({n} tokens) exceeds the available "
+                                         f"context size ({SERVER_CTX} tokens), try increasing it",
+                                         "type": "exceed_context_size_error", "n_prompt_tokens": n,
+                                         "n_ctx": SERVER_CTX}}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         pieces = [w + " " for w in REPLY.split()][:req.get("max_tokens", 256)]
         chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": p}, "finish_reason": None}]}
                   for p in pieces]
@@ -203,7 +216,7 @@ def openai_server(request):
     """(kind, /v1 base URL, the requests the server saw or None when it cannot tell)."""
     if request.param == "llama-server":
         # --jinja: SmolLM2's own chat template, which accepts a tools list (and ignores it)
-        with LlamaServer(resolve_model("smollm2"), threads=2, ctx=2048, extra=["--jinja"]) as srv:
+        with LlamaServer(resolve_model("smollm2"), threads=2, ctx=SERVER_CTX, extra=["--jinja"]) as srv:
             print(f"openai backend against llama-server: {' '.join(srv.cmd)}")
             yield request.param, srv.url + "/v1", None
         return
@@ -252,6 +265,28 @@ def test_openai_backend_streams_a_turn_with_tools_offered(openai_server):
         body = requests[-1]
         assert body["stream"] is True and body["tools"] == tools and body["max_tokens"] == MAX_TOKENS
         assert body["temperature"] == 0.0 and body["seed"] == 0 and body["messages"][0]["role"] == "system"
+
+
+def test_openai_backend_words_longer_than_the_servers_context_are_answered(openai_server):
+    """A prompt over the server's context: llama-server answers HTTP 400 `exceed_context_size_error` (the in-test
+    server the same body), the backend raises the engine's own PromptTooLong, and the loop says its line rather than
+    failing the turn; a turn that fits goes on as usual."""
+    from bolt_ros.engine.errors import PromptTooLong
+    kind, base_url, _ = openai_server
+    page = "tell me about the weather and the sea and the mountains " * 400  # ~4400 tokens
+    backend = _chat_backend(base_url)
+    with pytest.raises(PromptTooLong) as e:
+        list(backend.stream_chat([{"role": "user", "content": page}], [], enable_thinking=False,
+                                 cancel=threading.Event()))
+    assert e.value.n_tokens > e.value.n_ctx > 0, (kind, e.value)
+    events = []
+    loop = ToolLoop(backend, lambda c, _e: None, events.append, max_tool_rounds=0)
+    conv = Conversation("You are Bolt, a small robot.")
+    res = loop.run(conv, conv.user_message(page), [], enable_thinking=False, cancel=threading.Event())
+    assert res.error == "" and res.text == ToolLoop.too_long[0], (kind, res.error)
+    assert not [ev for ev in events if ev.kind == "error"]
+    res = loop.run(conv, conv.user_message("Hello!"), [], enable_thinking=False, cancel=threading.Event())
+    assert res.error == "" and res.text and res.text != ToolLoop.too_long[0], (kind, res.error)
 
 
 def test_openai_backend_cancel_mid_stream(openai_server):

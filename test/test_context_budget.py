@@ -48,7 +48,7 @@ def test_words_alone_longer_than_the_context_are_answered_and_the_conversation_g
     """A person's words that cannot fit the context even alone (a pasted page) get the loop's spoken line, not an
     error; the turn after is answered as usual, and the page never becomes a fact about the person. Negative control:
     the engine itself refuses that prompt with its typed error (which the loop used to report as a failed turn)."""
-    from bolt_ros.engine.decode.generate import PromptTooLong
+    from bolt_ros.engine.errors import PromptTooLong
     events = []
     loop = ToolLoop(backend, lambda call, cancel: None, events.append, max_tool_rounds=0)
     conv = Conversation("You are a friendly robot. Answer in one short sentence.", history="memory")

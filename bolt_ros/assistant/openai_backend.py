@@ -21,6 +21,7 @@ from bolt_ros.assistant.backend import (
     ThoughtDelta,
     ToolCallRequest,
 )
+from bolt_ros.engine.errors import PromptTooLong
 
 
 class OpenAIBackend:
@@ -85,8 +86,10 @@ class OpenAIBackend:
         conn.request("POST", self.url.path.rstrip("/") + "/chat/completions", json.dumps(body).encode(), headers)
         resp = conn.getresponse()
         if resp.status != 200:
-            raise BackendError(f"{self.base_url}/chat/completions: HTTP {resp.status}: "
-                               f"{resp.read(500).decode(errors='replace')}")
+            body = resp.read(2000).decode(errors="replace")
+            if (too_long := context_overflow(resp.status, body)) is not None:
+                raise too_long
+            raise BackendError(f"{self.base_url}/chat/completions: HTTP {resp.status}: {body[:500]}")
         return resp
 
     def _events(self, resp, cancel: threading.Event, t0: float) -> Iterator[BackendEvent]:
@@ -175,3 +178,19 @@ def _close_on_cancel(conn: http.client.HTTPConnection, cancel: threading.Event, 
                 except OSError:
                     pass
             return
+
+
+def context_overflow(status: int, body: str) -> PromptTooLong | None:
+    """A server's answer to a prompt longer than its context, as the engine's own error: llama-server's HTTP 400
+    of type `exceed_context_size_error` (with `n_prompt_tokens` and `n_ctx`), OpenAI's code
+    `context_length_exceeded`; None for any other answer."""
+    if status != 400:
+        return None
+    try:
+        err = json.loads(body).get("error")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    kinds = (err.get("type"), err.get("code")) if isinstance(err, dict) else ()
+    if "exceed_context_size_error" not in kinds and "context_length_exceeded" not in kinds:
+        return None
+    return PromptTooLong(int(err.get("n_prompt_tokens") or 0), int(err.get("n_ctx") or 0))

@@ -40,7 +40,7 @@ from bolt_ros.assistant.scene import newest_caption, see_options
 from bolt_ros.assistant.sentences import SentenceSplitter, sentence_count
 from bolt_ros.assistant.tools import ToolOutcome, correction_line
 from bolt_ros.assistant.turn_parts import LoopEvent, TurnResult
-from bolt_ros.engine.decode.generate import PromptTooLong
+from bolt_ros.engine.errors import PromptTooLong
 
 IDLE, THINKING, SPEAKING, ACTING = "idle", "thinking", "speaking", "acting"
 ToolCaller = Callable[[ToolCallRequest, threading.Event], ToolOutcome]

@@ -19,6 +19,7 @@ import torch
 from bolt_ros.engine.decode.decoders import Decoder, common_prefix, plain_decoder
 from bolt_ros.engine.decode.sampling import Sampler, SamplingParams
 from bolt_ros.engine.default_models import resolve_model
+from bolt_ros.engine.errors import PromptTooLong
 from bolt_ros.engine.gguf.reader import GGUFError, GGUFFile
 from bolt_ros.engine.model.config import ModelConfig, config_from_gguf
 from bolt_ros.engine.model.kv_cache import KVCache
@@ -103,15 +104,6 @@ def release_heap() -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim this way
         pass
-
-class PromptTooLong(ValueError):
-    """A prompt as long as the context or longer: nothing was run. A caller that talks to people says so (the
-    assistant asks for fewer words) rather than failing the turn."""
-
-    def __init__(self, n_tokens: int, n_ctx: int):
-        super().__init__(f"prompt of {n_tokens} tokens does not fit the context ({n_ctx})")
-        self.n_tokens, self.n_ctx = n_tokens, n_ctx
-
 
 class Engine:
     def __init__(self, gf: GGUFFile, model: Transformer, tokenizer: Tokenizer, n_ctx: int, load_s: float = 0.0):
