@@ -358,3 +358,34 @@ def test_a_name_given_in_a_greeting_is_kept():
         note = FactNote()
         note.add(said)
         assert note.names == names, said
+
+
+def test_a_question_about_her_right_after_the_view_is_answered_from_the_view(classifier, tools, monkeypatch):
+    """"Who's in the kitchen?" -> the caption; "What is she doing?" -> the caption again (in another of its lines), not
+    the words model (which answered from its own system prompt, "She is turning and tilting her head."). Negative
+    controls: the same question after talk about someone the person knows goes to the words model; a request that
+    names her still moves."""
+    backend = ScriptedBackend([{"match": "hospital", "reply": [{"text": "That sounds like important work."}]},
+                               {"match": ".*", "reply": [{"text": "Probably busy at work."}]}])
+    loop = ToolLoop(backend, lambda c, _e: ToolOutcome(c.id, c.name, True), lambda _e: None, intent=classifier)
+    conv = Conversation("You are Bolt.", history="memory")
+    scene = "What you see (newest last):\n- just now: a woman in a green apron is watering the plants"
+
+    def turn(utterance):
+        res = loop.run(conv, conv.user_message(utterance, scene), tools, enable_thinking=False,
+                       cancel=threading.Event(), utterance=utterance)
+        conv.commit(res.messages, TurnRecord(utterance, res.text, [], [c.name for c in res.tool_calls]))
+        return res
+
+    assert turn("Who is in the room?").text == "Right now, a woman in a green apron is watering the plants."
+    assert turn("What is she wearing?").text == ("From here I can see this: a woman in a green apron is watering the "
+                                                 "plants.")
+    assert turn("My aunt works at the hospital.").tool_calls == []
+    assert turn("What is she doing today?").text == "Probably busy at work."   # about the aunt: words
+    assert turn("Who is in the room?").text.endswith("watering the plants.")
+    res = turn("Can you look to the left at her?")
+    assert [c.name for c in res.tool_calls] == ["look_left"], res.text
+    import bolt_ros.assistant.tool_loop as tool_loop
+    monkeypatch.setattr(tool_loop, "follows_view", lambda *_a: False)  # the rule out: the classifier left it to words
+    assert turn("Who is in the room?").text.endswith("watering the plants.")
+    assert "apron" not in turn("What is she wearing?").text

@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 
 from bolt_ros.assistant.conversation import SCENE_HEADER
+from bolt_ros.assistant.mention import is_question
 
 # the scene block as Conversation.user_message writes it: "[What you see (newest last):\n- just now: ...\n]\n..."
 _LINE = re.compile(r"^\s*-\s*(?:just now|\d+ s ago|\d+ min ago):\s*(.+?)\s*$", re.MULTILINE)
 SEE_LINES = ["Right now, {caption}.", "From here I can see this: {caption}.", "What I see: {caption}."]
+# a person's pronoun ("it" is too often the weather, the day, the thing just talked of)
+_THIRD = re.compile(r"\b(?:he|she|his|her|him|hers|they|them|their)\b", re.IGNORECASE)
 
 
 def newest_caption(user_content: str) -> str:
@@ -33,3 +36,14 @@ def see_options(caption: str) -> list[str]:
     if first.lower() in ("a", "an", "the", "two", "three", "some", "someone", "somebody"):
         caption = f"{first.lower()} {rest}".strip()
     return [x.format(caption=caption) for x in SEE_LINES]
+
+
+
+def follows_view(utterance: str, last_replies: list[str]) -> bool:
+    """A question about him / her right after the robot said what it sees ("Who's in the kitchen?" -> "Right now,
+    an elderly woman with white hair is stirring a pot on the stove." -> "What is she doing?"): answered from the
+    view again. Left to words, the 0.5B model answered from its own system prompt ("She is turning and tilting her
+    head.", held out 4, 2 of 3 seeds) or a caption's colour wrongly ("The hoodie is white." for a red one)."""
+    if not last_replies or not is_question(utterance) or not _THIRD.search(utterance):
+        return False
+    return any(last_replies[-1].startswith(x.split("{caption}")[0]) for x in SEE_LINES)

@@ -36,7 +36,7 @@ from bolt_ros.assistant.reply_text import (
     unaddress,
     unframe,
 )
-from bolt_ros.assistant.scene import newest_caption, see_options
+from bolt_ros.assistant.scene import follows_view, newest_caption, see_options
 from bolt_ros.assistant.sentences import SentenceSplitter, sentence_count
 from bolt_ros.assistant.tools import ToolOutcome, correction_line
 from bolt_ros.assistant.turn_parts import LoopEvent, TurnResult
@@ -115,7 +115,8 @@ class ToolLoop:
         told = conv.facts.answer(utterance) if decision.call is None else ""
         if told:  # "what's my name?", "when is my party?": what they told (facts.py), never a caption
             return self._say_line(told, res)
-        caption = newest_caption(res.messages[0].get("content") or "") if decision.label == SEE else ""
+        view = decision.label == SEE or (decision.call is None and follows_view(utterance, conv.recent_replies(1)))
+        caption = newest_caption(res.messages[0].get("content") or "") if view else ""
         if caption:  # "who is there?": what the camera saw last, in the caption's words (scene.py)
             return self._say_line(parts.fresh_line(conv, see_options(caption)), res)
         offers = [x.strip() for x in getattr(self.intent.cfg, "offer", "").split("|") if x.strip()]
@@ -395,6 +396,5 @@ class ToolLoop:
             self.emit(LoopEvent("state", state))
 
 
-# a model's reply that parrots is cut there (ToolLoop._parrots); one that opens so is sampled anew this many times
-PARROTED, RESAMPLES, PARROT_TURNS, PARROT_WORDS = "parroted", 2, 6, 4
-REFUSED = "refused"  # a model's sentence that refuses small talk (reply_text.REFUSAL): sampled anew too
+# a model's reply that parrots is cut there (ToolLoop._parrots), or refuses small talk (reply_text.REFUSAL); one that
+PARROTED, REFUSED, RESAMPLES, PARROT_TURNS, PARROT_WORDS = "parroted", "refused", 2, 6, 4  # opens so: sampled anew
