@@ -220,7 +220,7 @@ def test_the_robot_never_addresses_the_person_by_its_own_name():
     """The 0.5B model greets people by the robot's name ("Goodnight, Bolt!" in a typed make run): the vocative goes,
     the history keeps what was said; the name said of itself stays. Negative control: without own_name it stays."""
     replies = {"night": "Goodnight, Bolt! Have a great day.", "puppy": "Hello Bolt, I'm glad you got a puppy.",
-               "name": "My name is Bolt. Bolt is a robot, Bolt."}
+               "name": "My name is Bolt. I am a robot, Bolt."}
     backend = ScriptedBackend([{"match": k, "reply": [{"text": v}]} for k, v in replies.items()])
     loop, _ = _loop(backend, ToolRegistry([LOOK]))
     loop.own_name = "Bolt"
@@ -232,7 +232,7 @@ def test_the_robot_never_addresses_the_person_by_its_own_name():
     assert res.spoken == ["Goodnight!", "Have a great day."]
     assert res.messages[-1]["content"] == "Goodnight! Have a great day."
     assert turn("I got a puppy").spoken == ["Hello, I'm glad you got a puppy."]
-    assert turn("your name?").spoken == ["My name is Bolt.", "Bolt is a robot."]
+    assert turn("your name?").spoken == ["My name is Bolt.", "I am a robot."]
     loop.own_name = ""
     assert turn("good night").spoken[0] == "Goodnight, Bolt!"
 
@@ -278,3 +278,24 @@ def test_the_person_s_name_is_never_the_robot_s_and_a_header_of_the_memory_is_no
     assert turn("Hi, I'm Nina.").spoken == ["Nice to meet you, Nina!", "I'm Bolt."]
     assert turn("Nice chat.").spoken == ["What a nice conversation: thank you."]
     assert is_meta("The old conversation:") and not is_meta("What a nice conversation: thank you.")
+
+
+def test_the_persona_read_out_in_the_third_person_is_not_spoken():
+    """The scripted set and held out 4 (2026-12-05): to "It's my birthday today!" the 0.5B model said "Bolt, a friendly
+    robot with a head that turns and tilts, two antennas, ..." (its system prompt read out). The robot speaks of
+    itself as "I": its own name opening a description of it is held back. Negative controls: the robot's name
+    said in the first person, and another name's description, are spoken."""
+    from bolt_ros.assistant.reply_text import read_out
+    assert read_out("Bolt, a friendly robot with a head that turns and tilts.", set(), "Bolt")
+    assert read_out("Bolt is a small friendly robot.", set(), "Bolt")
+    assert not read_out("I'm Bolt, a small friendly robot.", set(), "Bolt")
+    assert not read_out("Max is a lovely name for a dog.", set(), "Bolt")
+    assert not read_out("Bolt is a small friendly robot.", set(), "")   # no name configured: nothing to tell
+    backend = ScriptedBackend([{"match": "birthday", "reply": [
+        {"text": "Bolt, a friendly robot with a head that turns and tilts, says hi. Happy birthday!"}]}])
+    loop, _ = _loop(backend, ToolRegistry([LOOK]))
+    loop.own_name = "Bolt"
+    conv = Conversation("You are Bolt, a small friendly robot.", history="memory")
+    res = loop.run(conv, conv.user_message("It's my birthday today!"), [], enable_thinking=False,
+                   cancel=threading.Event())
+    assert res.stopped == "prompt read out" and not any(s.startswith("Bolt") for s in res.spoken), res.spoken

@@ -32,6 +32,7 @@ from bolt_ros.assistant.reply_text import (
     REFUSAL,
     ngrams,
     norm,
+    read_out,
     said_before,
     unaddress,
     unframe,
@@ -194,8 +195,7 @@ class ToolLoop:
         else:  # oldest turns go first; exact counting only when a cheap upper bound says it may not fit
             messages = conv.fitted(res.messages, lambda m: parts.utf8_bound(m, tools) <= budget
                                    or self.backend.prompt_tokens(m, tools) <= budget)
-        # the conversation's memory (system messages after the first) is never read out as speech
-        # (the note of what the person told is there to be answered back: facts.py)
+        # the memory (system messages after the first; not the fact note, answered back: facts.py) is never spoken
         self._memory = ngrams(" ".join(m["content"] for m in messages[1:] if m["role"] == "system"
                                        and not m["content"].startswith(FACTS_HEADER)))
         # a redraw says so (attempt): with a fixed seed the same prompt drew the same refusal three times over
@@ -299,7 +299,7 @@ class ToolLoop:
         if norm(sentence) in {norm(s) for s in res.spoken}:
             res.stopped = "repetition"
             return False
-        if ngrams(sentence) & getattr(self, "_memory", set()) or PROMPT_MARKUP.search(sentence):
+        if read_out(sentence, getattr(self, "_memory", set()), self.own_name) or PROMPT_MARKUP.search(sentence):
             res.stopped = "prompt read out"  # a small model at a loss copies its memory note or scene block
             return False
         res.spoken.append(sentence)
