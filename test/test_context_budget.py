@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from bolt_ros.assistant.config import BackendConfig
-from bolt_ros.assistant.conversation import Conversation
+from bolt_ros.assistant.conversation import Conversation, TurnRecord
 from bolt_ros.assistant.embedded import EmbeddedBackend
 from bolt_ros.assistant.tool_loop import ToolLoop
 
@@ -61,10 +61,7 @@ def test_words_alone_longer_than_the_context_are_answered_and_the_conversation_g
     assert res.error == "" and res.text == ToolLoop.too_long[0] and res.stats["too_long_tokens"] > N_CTX
     assert [ev.text for ev in events if ev.kind == "sentence"] == [ToolLoop.too_long[0]]
     assert not [ev for ev in events if ev.kind == "error"]
-    conv.commit(res.messages)
-    from bolt_ros.assistant.conversation import TurnRecord
-    conv.records.append(TurnRecord(page, res.text, []))
-    conv.facts.add(page)
+    conv.commit(res.messages, TurnRecord(page, res.text, []))   # as the node commits a turn: its facts too
     assert conv.facts.facts == []  # a page is not a fact about the person
     res = loop.run(conv, conv.user_message("Hello, how are you?"), [], enable_thinking=False,
                    cancel=threading.Event())

@@ -227,6 +227,14 @@ def test_a_backend_without_an_engine_leaves_the_choice_to_the_model(engine):
     assert IntentClassifier.create(IntentConfig(enabled=True), holder).engine is engine
 
 
+def _turn(loop: ToolLoop, conv: Conversation, scene: str, tools: list[dict], utterance: str):
+    """One decided turn through the loop with this scene block, committed as the node commits it."""
+    res = loop.run(conv, conv.user_message(utterance, scene), tools, enable_thinking=False, cancel=threading.Event(),
+                   utterance=utterance)
+    conv.commit(res.messages, TurnRecord(utterance, res.text, [], [c.name for c in res.tool_calls]))
+    return res
+
+
 def test_the_scene_and_the_name_are_answered_by_the_robot_and_a_refusal_is_sampled_anew(classifier, tools):
     """Issue 34 through the loop: "who is there?" says the newest caption, "what's my name?" the name told (never a
     caption), and a model reply that refuses small talk is held back for a new sample."""
@@ -239,10 +247,7 @@ def test_the_scene_and_the_name_are_answered_by_the_robot_and_a_refusal_is_sampl
     scene = "What you see (newest last):\n- 5 s ago: a man at the door\n- just now: a grey cat on the chair"
 
     def turn(utterance):
-        res = loop.run(conv, conv.user_message(utterance, scene), tools, enable_thinking=False,
-                       cancel=threading.Event(), utterance=utterance)
-        conv.commit(res.messages, TurnRecord(utterance, res.text, [], [c.name for c in res.tool_calls]))
-        return res
+        return _turn(loop, conv, scene, tools, utterance)
 
     assert turn("Hi, I'm Tom.").text == "Nice to meet you!"
     assert turn("Who is in the room?").text == "Right now, a grey cat on the chair."
@@ -372,10 +377,7 @@ def test_a_question_about_her_right_after_the_view_is_answered_from_the_view(cla
     scene = "What you see (newest last):\n- just now: a woman in a green apron is watering the plants"
 
     def turn(utterance):
-        res = loop.run(conv, conv.user_message(utterance, scene), tools, enable_thinking=False,
-                       cancel=threading.Event(), utterance=utterance)
-        conv.commit(res.messages, TurnRecord(utterance, res.text, [], [c.name for c in res.tool_calls]))
-        return res
+        return _turn(loop, conv, scene, tools, utterance)
 
     assert turn("Who is in the room?").text == "Right now, a woman in a green apron is watering the plants."
     assert turn("What is she wearing?").text == ("From here I can see this: a woman in a green apron is watering the "

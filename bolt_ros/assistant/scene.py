@@ -38,7 +38,6 @@ def see_options(caption: str) -> list[str]:
     return [x.format(caption=caption) for x in SEE_LINES]
 
 
-
 def follows_view(utterance: str, last_replies: list[str]) -> bool:
     """A question about him / her right after the robot said what it sees ("Who's in the kitchen?" -> "Right now,
     an elderly woman with white hair is stirring a pot on the stove." -> "What is she doing?"): answered from the

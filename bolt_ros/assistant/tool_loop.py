@@ -396,5 +396,5 @@ class ToolLoop:
             self.emit(LoopEvent("state", state))
 
 
-# a model's reply that parrots is cut there (ToolLoop._parrots), or refuses small talk (reply_text.REFUSAL); one that
-PARROTED, REFUSED, RESAMPLES, PARROT_TURNS, PARROT_WORDS = "parroted", "refused", 2, 6, 4  # opens so: sampled anew
+# why a reply was cut: it parrots (ToolLoop._parrots) or refuses small talk (reply_text.REFUSAL); opening so: redrawn
+PARROTED, REFUSED, RESAMPLES, PARROT_TURNS, PARROT_WORDS = "parroted", "refused", 2, 6, 4
