@@ -42,6 +42,16 @@ def wait_for(cond: Callable[[], object], timeout: float = 5.0, what: str = "cond
         time.sleep(poll)
 
 
+def wait_for_action(client, server_node, name: str, timeout: float = 5.0) -> None:
+    """Until the client and the action server see each other. wait_for_server() is the client seeing the server
+    only: a server that has not yet discovered the client has the middleware drop its answer to the first goal
+    ("failed to send response (timeout): client will not receive response", test_interfaces in one clean-clone CI
+    run of 2026-12-06), and the goal's future never completes."""
+    assert client.wait_for_server(timeout_sec=timeout)
+    wait_for(lambda: server_node.count_clients(f"{name}/_action/send_goal") > 0, timeout,
+             f"{name}'s server to see a client")
+
+
 class RosHarness:
     """One rclpy context (own domain participant) with a SingleThreadedExecutor (what spin_nodes runs: no callback
     of ours blocks) spinning in a background thread."""

@@ -15,7 +15,7 @@ from action_msgs.msg import GoalStatus
 from bolt_ros.action import Converse, GotoPose, PlayAnimation
 from bolt_ros.msg import AssistantEvent, Caption, GenerationStats, RobotPose, ToolCall, ToolResult
 from bolt_ros.srv import ListAnimations
-from conftest import RosHarness, wait_for
+from conftest import RosHarness, wait_for, wait_for_action
 from rclpy.action import ActionClient, ActionServer, CancelResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 
@@ -184,10 +184,11 @@ def server_side():
 
 
 def test_converse_goal_streams_feedback_and_can_be_cancelled(ros, server_side):
-    TinyAssistant(server_side.node("assistant_stub"))
+    stub = server_side.node("assistant_stub")
+    TinyAssistant(stub)
     node = ros.node()
     client = ActionClient(node, Converse, "converse")
-    assert client.wait_for_server(timeout_sec=5.0)
+    wait_for_action(client, stub, "converse")
 
     events = []
     handle = ros.result(client.send_goal_async(Converse.Goal(utterance="hello", conversation_id="c7"),
